@@ -1,0 +1,161 @@
+"""The one config schema: nested frozen dataclasses under `Config`.
+
+Each field is documented by the string right under it. Field metadata carries what the
+loader checks beyond the type: `min`/`max` (inclusive), `must_exist` ("file" or "dir"
+for paths that must already be there) and `live` (applied on SIGHUP without a restart).
+Sections are filled by the stage that owns them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+def opt(default: Any, *, min: float | None = None, max: float | None = None,  # noqa: A002
+        live: bool = False, must_exist: str | None = None) -> Any:
+    """A field with loader metadata; immutable defaults only (tuples, not lists)."""
+    meta = {"min": min, "max": max, "live": live, "must_exist": must_exist}
+    return field(default=default, metadata=meta)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServiceConfig:
+    watchdog: bool = opt(True)
+    """Send WATCHDOG=1 while healthy when systemd sets WATCHDOG_USEC."""
+    health_stall_s: float = opt(5.0, min=0.1, max=600.0, live=True)
+    """A component that has not reported progress for this long is unhealthy (pings stop)."""
+    drain_timeout_s: float = opt(10.0, min=0.0, max=3600.0, live=True)
+    """On SIGTERM, how long active streams may finish before the daemon exits."""
+    control_socket: str = opt("/run/cosyvoiced/control.sock")
+    """Unix socket for cosyvoicectl and the local HTTP API."""
+    state_dir: str = opt("/var/lib/cosyvoiced")
+    """Persistent state (created if missing)."""
+    cache_dir: str = opt("/var/cache/cosyvoiced")
+    """Optimized ONNX models and other caches (created if missing)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogConfig:
+    level: Literal["debug", "info", "warning", "error"] = opt("info", live=True)
+    """Lowest level that is logged."""
+    sink: Literal["auto", "journald", "json"] = opt("auto")
+    """auto: native journald when running under systemd, else JSON lines on stdout."""
+    journal_socket: str = opt("/run/systemd/journal/socket")
+    """journald's native socket (only changed for tests)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkersConfig:
+    count: int = opt(1, min=1, max=256)
+    """Inference worker processes."""
+    cpus: str = opt("")
+    """CPU list for inference workers, e.g. "2-15" or "1,3"; empty: every allowed CPU."""
+    onnx_threads: int = opt(1, min=1, max=64)
+    """ONNX Runtime intra-op threads per worker (total never above the CPUs given)."""
+    max_streams: int = opt(64, min=1, max=100000, live=True)
+    """Hard cap on concurrent streams, whatever the measured load says."""
+    lookahead_s: float = opt(1.5, min=0.1, max=60.0, live=True)
+    """Audio each TTS stream may have synthesized ahead of playback."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TtsConfig:
+    voice: str = opt("en_US-joe-medium", live=True)
+    """Default voice name."""
+    voices_dirs: tuple[str, ...] = opt((), live=True, must_exist="dir")
+    """Extra directories searched for NAME.onnx + NAME.onnx.json voices."""
+    precision: Literal["fp32", "int8", "auto"] = opt("auto", live=True)
+    """auto: the INT8 variant kept by tools/quantize.py if it passed its quality gate."""
+    max_chars: int = opt(5000, min=1, max=1_000_000, live=True)
+    """Longest text accepted in one request."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class VadConfig:
+    threshold: float = opt(0.5, min=0.0, max=1.0, live=True)
+    """Speech probability above which a window counts as speech."""
+    neg_threshold: float = opt(0.35, min=0.0, max=1.0, live=True)
+    """Probability below which a window counts as silence (hysteresis)."""
+    start_ms: int = opt(64, min=0, max=10_000, live=True)
+    """Speech needed before voice_started."""
+    stop_ms: int = opt(500, min=0, max=10_000, live=True)
+    """Silence needed before voice_stopped."""
+    preroll_ms: int = opt(300, min=0, max=10_000, live=True)
+    """Audio kept from before the start of speech."""
+    max_utterance_s: float = opt(30.0, min=1.0, max=600.0, live=True)
+    """Longest utterance before it is cut and transcribed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AsrConfig:
+    enabled: bool = opt(True)
+    """Transcribe utterances found by the VAD."""
+    model_dir: str = opt("", must_exist="dir")
+    """CTranslate2 Whisper model directory; empty: the bundled Whisper tiny.en."""
+    beam_size: int = opt(1, min=1, max=16, live=True)
+    """Beam width for decoding."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AudioDeviceConfig:
+    name: str = opt("")
+    """A name for logs and the API."""
+    pcm: str = opt("default")
+    """ALSA PCM, e.g. "hw:0,0", "default", "pulse", "null"."""
+    direction: Literal["capture", "playback"] = opt("playback")
+    """Which way audio moves."""
+    rate_hz: int = opt(16000, min=8000, max=192000)
+    """Requested sample rate (the negotiated one is read back)."""
+    channels: int = opt(1, min=1, max=32)
+    """Requested channel count."""
+    period_ms: float = opt(10.0, min=1.0, max=1000.0)
+    """Requested period length."""
+    periods: int = opt(4, min=2, max=64)
+    """Requested periods per buffer."""
+    access: Literal["mmap", "rw"] = opt("rw")
+    """mmap: ctypes libasound binding; rw: pyalsaaudio read/write."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AudioConfig:
+    devices: tuple[AudioDeviceConfig, ...] = opt(())
+    """[[audio.devices]] tables: local capture/playback devices."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiConfig:
+    listen: tuple[str, ...] = opt(())
+    """Extra listeners besides the control socket: "tcp://HOST:PORT" or "unix:PATH"."""
+    token: str = opt("")
+    """Bearer token; required when a listener is not on loopback."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AudioSocketConfig:
+    enabled: bool = opt(False)
+    """Accept Asterisk AudioSocket calls."""
+    listen: str = opt("127.0.0.1:9092")
+    """HOST:PORT to listen on."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class WyomingConfig:
+    enabled: bool = opt(False)
+    """Serve the Wyoming protocol."""
+    listen: str = opt("tcp://127.0.0.1:10200")
+    """tcp://HOST:PORT or unix:PATH."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    service: ServiceConfig = field(default_factory=ServiceConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    workers: WorkersConfig = field(default_factory=WorkersConfig)
+    tts: TtsConfig = field(default_factory=TtsConfig)
+    vad: VadConfig = field(default_factory=VadConfig)
+    asr: AsrConfig = field(default_factory=AsrConfig)
+    audio: AudioConfig = field(default_factory=AudioConfig)
+    api: ApiConfig = field(default_factory=ApiConfig)
+    audiosocket: AudioSocketConfig = field(default_factory=AudioSocketConfig)
+    wyoming: WyomingConfig = field(default_factory=WyomingConfig)

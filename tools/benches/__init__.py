@@ -1,0 +1,1 @@
+"""Benchmark suites for tools/bench.py, one module per suite."""
