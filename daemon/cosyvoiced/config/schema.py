@@ -33,6 +33,8 @@ class ServiceConfig:
     """Persistent state (created if missing)."""
     cache_dir: str = opt("/var/cache/cosyvoiced")
     """Optimized ONNX models and other caches (created if missing)."""
+    debug: bool = opt(False)
+    """Enable /v1/debug/* fault-injection endpoints (tests and diagnosis only)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,68 @@
+# cosyvoiced: `make run` (install, then run on configs/dev.toml) and `make test`.
+# Idempotent: each step leaves a stamp and reruns only when its inputs change.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+# System packages: ALSA headers for pyalsaaudio, the ALSA pulse plugin and PulseAudio
+# (paced test devices), real telephone speech with transcripts, systemd tools.
+APT_PACKAGES := build-essential python3-dev python3-venv libasound2-dev libasound2-plugins alsa-utils \
+	pulseaudio asterisk-core-sounds-en-wav asterisk-core-sounds-en systemd
+
+.PHONY: run test install install-test lint bench clean install-system
+
+run: $(BIN)/.stamp-runtime
+	mkdir -p var
+	$(BIN)/cosyvoiced run --config configs/dev.toml
+
+test: $(BIN)/.stamp-test
+	$(BIN)/ruff check daemon tests tools
+	$(BIN)/pytest -q
+
+install: $(BIN)/.stamp-runtime
+install-test: $(BIN)/.stamp-test
+
+lint: $(BIN)/.stamp-test
+	$(BIN)/ruff check daemon tests tools
+
+bench: $(BIN)/.stamp-test
+	for s in tts io streams features asr listen calls; do $(BIN)/python tools/bench.py $$s || true; done
+
+$(VENV)/.stamp-system: Makefile
+	@missing=$$(for p in $(APT_PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing system packages:" $$missing; \
+		$(SUDO) apt-get update -q && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	touch $@
+
+$(BIN)/.stamp-runtime: $(VENV)/.stamp-system pyproject.toml
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(BIN)/.stamp-test: $(BIN)/.stamp-runtime pyproject.toml
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $@
+
+# Installs the daemon for systemd: /opt/cosyvoiced venv, unit, sysusers, tmpfiles, config.
+install-system: $(VENV)/.stamp-system
+	$(SUDO) $(PYTHON) -m venv /opt/cosyvoiced
+	$(SUDO) /opt/cosyvoiced/bin/pip install -q .
+	$(SUDO) install -D -m 0644 systemd/cosyvoiced.service /etc/systemd/system/cosyvoiced.service
+	$(SUDO) install -D -m 0644 systemd/cosyvoiced.sysusers /usr/lib/sysusers.d/cosyvoiced.conf
+	$(SUDO) install -D -m 0644 systemd/cosyvoiced.tmpfiles /usr/lib/tmpfiles.d/cosyvoiced.conf
+	[ -e /etc/cosyvoiced/cosyvoiced.toml ] || \
+		$(SUDO) install -D -m 0640 configs/cosyvoiced.toml /etc/cosyvoiced/cosyvoiced.toml
+	$(SUDO) install -D -m 0644 README.md /usr/share/doc/cosyvoiced/README.md
+	$(SUDO) systemd-sysusers /usr/lib/sysusers.d/cosyvoiced.conf
+	$(SUDO) systemd-tmpfiles --create /usr/lib/tmpfiles.d/cosyvoiced.conf
+	$(SUDO) systemctl daemon-reload
+
+clean:
+	rm -rf $(VENV) var .pytest_cache .ruff_cache

@@ -1,0 +1,95 @@
+"""`cosyvoiced`: run the daemon, check a config, speak text without a daemon.
+
+Exit codes are decided here only: 0 ok, 1 runtime failure, 2 usage, 78 bad config
+(EX_CONFIG), 128+N after a forced stop by signal N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+
+import structlog
+
+from . import __version__
+from .config import DEFAULT_CONFIG_PATH, ConfigError, dump_config, load_config
+from .log import setup_logging
+
+EX_CONFIG = 78
+
+
+def _config_path(arg: str | None) -> str:
+    return arg or os.environ.get("COSYVOICED_CONFIG") or DEFAULT_CONFIG_PATH
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cosyvoiced", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"cosyvoiced {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the daemon in the foreground")
+    run.add_argument("--config", help=f"config file (env COSYVOICED_CONFIG; default "
+                                      f"{DEFAULT_CONFIG_PATH})")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a config key, e.g. --set log.level=debug (repeatable)")
+
+    check = sub.add_parser("check-config", help="validate a config and print it as TOML")
+    check.add_argument("path")
+    check.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    try:
+        from .tts.cli import add_say_parser
+    except ImportError:  # the TTS stage is not installed in this build
+        pass
+    else:
+        add_say_parser(sub)
+    return parser
+
+
+def cmd_check_config(args: argparse.Namespace) -> int:
+    try:
+        config = load_config(args.path, args.set)
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        return EX_CONFIG
+    sys.stdout.write(dump_config(config))
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    path = _config_path(args.config)
+    try:
+        config = load_config(path, args.set)
+    except ConfigError as exc:
+        setup_logging()
+        structlog.get_logger("cosyvoiced").error(
+            "bad_config", config=path, errors=[str(p) for p in exc.problems])
+        return EX_CONFIG
+    setup_logging(config.log.level, config.log.sink, config.log.journal_socket)
+    from .service import Daemon
+
+    log = structlog.get_logger("cosyvoiced")
+    try:
+        return asyncio.run(Daemon(config, path, args.set).run())
+    except Exception as exc:  # the daemon could not start or crashed: say why, exit 1
+        log.exception("daemon_failed", error=str(exc), code=getattr(exc, "code", "internal"))
+        return 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        return cmd_run(args)
+    if args.command == "check-config":
+        return cmd_check_config(args)
+    if args.command == "say":
+        from .tts.cli import run_say
+
+        return run_say(args)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

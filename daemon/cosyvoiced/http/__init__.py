@@ -1,0 +1,1 @@
+"""HTTP API (aiohttp) on the control socket and optional TCP listeners."""

@@ -1,0 +1,97 @@
+"""The aiohttp application: status, health and readiness routes; JSON errors."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Protocol
+
+import structlog
+from aiohttp import web
+
+from ..streams import Refused, Streams
+
+log = structlog.get_logger(__name__)
+
+
+class DaemonView(Protocol):
+    """What the HTTP layer may see of the daemon."""
+
+    ready: bool
+    debug: bool
+    streams: Streams
+
+    def status(self) -> dict[str, Any]: ...
+
+    def healthy(self) -> tuple[bool, list[str]]: ...
+
+
+def error_response(status: int, code: str, message: str) -> web.Response:
+    return web.json_response({"error": {"code": code, "message": message}}, status=status)
+
+
+@web.middleware
+async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
+    """Every error leaves as {"error": {"code", "message"}}, never a stack trace."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        code = exc.reason.lower().replace(" ", "_")
+        return error_response(exc.status, code, exc.text or exc.reason)
+    except Exception:
+        log.exception("http_handler_failed", path=request.path)
+        return error_response(500, "internal", "internal error; see the daemon log")
+
+
+def make_app(daemon: DaemonView) -> web.Application:
+    app = web.Application(middlewares=[json_errors])
+    routes = web.RouteTableDef()
+
+    @routes.get("/healthz")
+    async def healthz(_request: web.Request) -> web.Response:
+        ok, stalled = daemon.healthy()
+        return web.json_response({"ok": ok, "stalled": stalled}, status=200 if ok else 503)
+
+    @routes.get("/readyz")
+    async def readyz(_request: web.Request) -> web.Response:
+        return web.json_response({"ready": daemon.ready}, status=200 if daemon.ready else 503)
+
+    @routes.get("/v1/status")
+    async def status(_request: web.Request) -> web.Response:
+        return web.json_response(daemon.status())
+
+    async def debug_seconds(request: web.Request) -> float:
+        if not daemon.debug:
+            raise web.HTTPNotFound(text="debug endpoints are off (service.debug)")
+        try:
+            seconds = float((await request.json()).get("seconds", 1.0))
+        except (ValueError, TypeError, AttributeError):
+            raise web.HTTPBadRequest(text='expected {"seconds": N}') from None
+        if not 0 < seconds <= 600:
+            raise web.HTTPBadRequest(text="seconds must be in (0, 600]")
+        return seconds
+
+    @routes.post("/v1/debug/stall")
+    async def stall(request: web.Request) -> web.Response:
+        """Freeze the event loop for a while: proves the watchdog stops pinging."""
+        seconds = await debug_seconds(request)
+        log.warning("debug_stall", component="event_loop", seconds=seconds)
+        asyncio.get_running_loop().call_later(0.05, time.sleep, seconds)
+        return web.json_response({"stalling": "event_loop", "seconds": seconds}, status=202)
+
+    @routes.post("/v1/debug/hold-stream")
+    async def hold_stream(request: web.Request) -> web.Response:
+        """Keep a placeholder stream active for a while: exercises drain on shutdown."""
+        seconds = await debug_seconds(request)
+        try:
+            info = daemon.streams.open("debug")
+        except Refused as exc:
+            return error_response(503, exc.code, str(exc))
+        loop = asyncio.get_running_loop()
+        loop.call_later(seconds, daemon.streams.close, info.id)
+        return web.json_response({"stream": info.id, "seconds": seconds}, status=202)
+
+    app.add_routes(routes)
+    return app

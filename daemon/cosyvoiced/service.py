@@ -1,0 +1,226 @@
+"""The daemon's lifecycle: start, READY, watchdog, SIGHUP reload, SIGTERM drain.
+
+Signal handlers only set flags; the main coroutine does the work. A second SIGINT or
+SIGTERM while draining cuts the drain short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from . import __version__
+from .config import Config, ConfigError, changed_keys, load_config
+from .health import Health, Heartbeat
+from .http.server import HttpServer
+from .log import set_level
+from .notify import Notifier, Watchdog, watchdog_interval_s
+from .streams import Streams
+
+log = structlog.get_logger(__name__)
+
+LOOP_BEAT_S = 0.25
+STATUS_EVERY_S = 2.0
+
+
+class Daemon:
+    def __init__(self, config: Config, config_path: str | None,
+                 overrides: Sequence[str] = ()) -> None:
+        self.config = config
+        self.config_path = config_path
+        self.overrides = list(overrides)
+        self.notifier = Notifier()
+        self.health = Health(config.service.health_stall_s)
+        self.streams = Streams(config.workers.max_streams)
+        self.state = "starting"
+        self.ready = False
+        self.started_s = time.monotonic()
+        self.exit_status = 0
+        self._loop_beat = Heartbeat()
+        self._http: HttpServer | None = None
+        self._stop: asyncio.Event | None = None
+        self._stop_signals = 0
+        self._drain: asyncio.Task[bool] | None = None
+        self._reload_pending = False
+
+    @property
+    def debug(self) -> bool:
+        return self.config.service.debug
+
+    # --- views for the API and cosyvoicectl ----------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "version": __version__,
+            "pid": os.getpid(),
+            "uptime_s": round(time.monotonic() - self.started_s, 3),
+            "config": self.config_path,
+            "listeners": self._http.bound if self._http else [],
+            "streams": {
+                "active": len(self.streams),
+                "max": self.streams.max_streams,
+                "list": [{"id": s.id, "kind": s.kind,
+                          "age_s": round(time.monotonic() - s.started_s, 3)}
+                         for s in self.streams.snapshot()],
+            },
+            "health": {"stalled": list(self.health.check().stalled),
+                       "parts": self.health.names()},
+        }
+
+    def healthy(self) -> tuple[bool, list[str]]:
+        verdict = self.health.check()
+        return verdict.healthy, list(verdict.stalled)
+
+    def status_line(self) -> str:
+        return (f"{self.state}; streams {len(self.streams)}/{self.streams.max_streams}; "
+                f"v{__version__}")
+
+    # --- lifecycle -----------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Serve until SIGTERM/SIGINT; returns the process exit status."""
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_stop_signal, sig)
+        loop.add_signal_handler(signal.SIGHUP, self._on_hup)
+        self._make_dirs()
+        self.health.register("event_loop", self._loop_beat)
+        beat = asyncio.create_task(self._beat_loop(), name="loop-heartbeat")
+        watchdog: Watchdog | None = None
+        try:
+            await self._start_parts()
+            self.state, self.ready = "ready", True
+            self.notifier.ready(self.status_line())
+            log.info("ready", startup_s=round(time.monotonic() - self.started_s, 3),
+                     version=__version__, config=self.config_path)
+            interval_s = watchdog_interval_s()
+            if self.config.service.watchdog and interval_s:
+                watchdog = Watchdog(self.notifier, self.health, interval_s)
+                watchdog.start()
+                log.info("watchdog_on", ping_every_s=interval_s)
+            await self._serve()
+            await self._shutdown()
+        finally:
+            if watchdog:
+                watchdog.stop()
+            beat.cancel()
+            await self._stop_parts()
+        log.info("stopped", exit_status=self.exit_status)
+        return self.exit_status
+
+    def _make_dirs(self) -> None:
+        svc = self.config.service
+        for d in (svc.state_dir, svc.cache_dir, str(Path(svc.control_socket).parent)):
+            Path(d).mkdir(parents=True, exist_ok=True)
+
+    async def _start_parts(self) -> None:
+        self._http = HttpServer(self, self.config)
+        await self._http.start()
+
+    async def _stop_parts(self) -> None:
+        if self._http:
+            await self._http.stop()
+            self._http = None
+
+    async def _serve(self) -> None:
+        assert self._stop is not None
+        last_status = self.status_line()  # already sent with READY=1
+        while not self._stop.is_set():
+            if self._reload_pending:
+                self._reload_pending = False
+                self._reload()
+            line = self.status_line()
+            if line != last_status:
+                self.notifier.status(line)
+                last_status = line
+            try:
+                await asyncio.wait_for(self._stop.wait(), STATUS_EVERY_S)
+            except TimeoutError:
+                pass
+
+    async def _shutdown(self) -> None:
+        self.state, self.ready = "draining", False
+        self.streams.accepting = False
+        self.notifier.stopping()
+        timeout_s = self.config.service.drain_timeout_s
+        log.info("draining", active_streams=len(self.streams), timeout_s=timeout_s)
+        self._drain = asyncio.create_task(self.streams.wait_empty(timeout_s))
+        try:
+            drained = await self._drain
+        except asyncio.CancelledError:
+            drained = False
+        if not drained:
+            log.warning("drain_incomplete", cut_streams=[s.id for s in self.streams.snapshot()])
+        self.state = "stopping"
+
+    async def _beat_loop(self) -> None:
+        while True:
+            self._loop_beat.beat()
+            await asyncio.sleep(LOOP_BEAT_S)
+
+    # --- signals -------------------------------------------------------------------
+
+    def _on_stop_signal(self, sig: signal.Signals) -> None:
+        assert self._stop is not None
+        self._stop_signals += 1
+        if self._stop_signals == 1:
+            log.info("stop_requested", signal=sig.name)
+            self._stop.set()
+            return
+        log.warning("forced_stop", signal=sig.name)
+        self.exit_status = 128 + sig
+        if self._drain:
+            self._drain.cancel()
+
+    def _on_hup(self) -> None:
+        if self.state == "ready":
+            self._reload()
+        elif self.state in ("starting", "reloading"):
+            self._reload_pending = True  # picked up once serving
+
+    def _reload(self) -> None:
+        self.state = "reloading"
+        self.notifier.reloading()
+        log.info("reloading", config=self.config_path)
+        try:
+            new = load_config(self.config_path, self.overrides)
+        except ConfigError as exc:
+            log.error("reload_rejected", errors=[str(p) for p in exc.problems],
+                      note="keeping the running config")
+        else:
+            self._apply(new)
+        self.state = "ready"
+        self.notifier.ready(self.status_line())
+
+    def _apply(self, new: Config) -> None:
+        changes = changed_keys(self.config, new)
+        live = [k for k, is_live in changes if is_live]
+        restart = [k for k, is_live in changes if not is_live]
+        set_level(new.log.level)
+        self.health.stall_s = new.service.health_stall_s
+        self.streams.max_streams = new.workers.max_streams
+        # Only live keys take effect; the rest keep their running values until restart.
+        self.config = _merge_live(self.config, new)
+        log.info("reloaded", applied=live, needs_restart=restart)
+        if restart:
+            log.warning("restart_needed", keys=restart)
+
+
+def _merge_live(old: Config, new: Config) -> Config:
+    """`old` with every field marked live taken from `new`."""
+    sections = {}
+    for section in fields(Config):
+        a, b = getattr(old, section.name), getattr(new, section.name)
+        live = {f.name: getattr(b, f.name) for f in fields(a) if f.metadata.get("live")}
+        sections[section.name] = replace(a, **live)
+    return replace(old, **sections)
