@@ -29,6 +29,7 @@ SinkName = Literal["auto", "journald", "json"]
 
 class _State:
     min_level = LEVELS["info"]
+    journal: JournalLogger | None = None
 
 
 def set_level(level: str) -> None:
@@ -101,6 +102,9 @@ class JournalLogger:
         finally:
             os.close(fd)
 
+    def close(self) -> None:
+        self._sock.close()
+
     def __getattr__(self, _name: str) -> Any:
         return self._send
 
@@ -156,9 +160,13 @@ def setup_logging(level: str = "info", sink: SinkName = "auto",
         structlog.processors.add_log_level,
         structlog.processors.format_exc_info,
     ]
+    if _State.journal is not None:
+        _State.journal.close()
+        _State.journal = None
     if sink == "journald":
         processors = [*common, callsite, JournalRenderer()]
-        factory: Any = lambda *_a: JournalLogger(journal_socket)  # noqa: E731
+        journal = _State.journal = JournalLogger(journal_socket)  # one socket per process
+        factory: Any = lambda *_a: journal  # noqa: E731
     else:
         processors = [*common, structlog.processors.TimeStamper(fmt="iso", utc=True),
                       structlog.processors.JSONRenderer(default=str)]

@@ -1,0 +1,127 @@
+"""The strict loader: every kind of problem is named with file, line and key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from cosyvoiced.config import Config, ConfigError, changed_keys, dump_config, load_config
+
+BIN = Path(sys.executable).parent
+
+
+def _problems(text: str, tmp_path: Path, overrides: tuple[str, ...] = ()) -> list[str]:
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, overrides)
+    return [str(p) for p in info.value.problems]
+
+
+def test_defaults_load_and_round_trip(tmp_path):
+    config = load_config(None)
+    assert config == Config()
+    text = dump_config(config)
+    path = tmp_path / "dump.toml"
+    path.write_text(text)
+    assert load_config(path) == config
+
+
+@pytest.mark.parametrize("name", ["dev.toml", "cosyvoiced.toml", "callcenter.toml"])
+def test_shipped_configs_are_valid(repo_root, name):
+    load_config(repo_root / "configs" / name)
+
+
+def test_unknown_key_names_file_line_and_allowed_keys(tmp_path):
+    (msg,) = _problems("[log]\nlevel = \"info\"\nlevle = \"debug\"\n", tmp_path)
+    assert msg.startswith(f"{tmp_path / 'c.toml'}:3: log.levle: unknown key")
+    assert "level" in msg and "sink" in msg
+
+
+def test_unknown_section(tmp_path):
+    (msg,) = _problems("[sevice]\nx = 1\n", tmp_path)
+    assert ":1: sevice: unknown key" in msg and "service" in msg
+
+
+def test_wrong_type(tmp_path):
+    (msg,) = _problems("[workers]\ncount = \"two\"\n", tmp_path)
+    assert ":2: workers.count: got string 'two'; expected an integer" in msg
+
+
+def test_bool_is_not_an_integer(tmp_path):
+    (msg,) = _problems("[workers]\ncount = true\n", tmp_path)
+    assert "workers.count" in msg and "expected an integer" in msg
+
+
+def test_out_of_range(tmp_path):
+    (msg,) = _problems("[service]\n\ndrain_timeout_s = -3\n", tmp_path)
+    assert ":3: service.drain_timeout_s: -3.0 is out of range; allowed 0.0 to 3600.0" in msg
+
+
+def test_literal_lists_the_choices(tmp_path):
+    (msg,) = _problems("[log]\nsink = \"syslog\"\n", tmp_path)
+    assert "log.sink" in msg and "'auto', 'journald', 'json'" in msg
+
+
+def test_missing_directory(tmp_path):
+    (msg,) = _problems('[tts]\nvoices_dirs = ["/no/such/voices"]\n', tmp_path)
+    assert "tts.voices_dirs: dir not found: '/no/such/voices'" in msg
+
+
+def test_array_of_tables_names_the_element(tmp_path):
+    text = '[[audio.devices]]\nname = "a"\n[[audio.devices]]\nname = "b"\nchannels = 0\n'
+    (msg,) = _problems(text, tmp_path)
+    assert ":5: audio.devices[1].channels: 0 is out of range" in msg
+
+
+def test_every_problem_is_reported_at_once(tmp_path):
+    msgs = _problems("[log]\nlevel = 3\n[workers]\ncount = 0\nbogus = 1\n", tmp_path)
+    assert len(msgs) == 3
+
+
+def test_missing_file_and_bad_toml(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[service\n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load_config(bad)
+
+
+def test_overrides_layer_over_file_and_are_named(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[log]\nlevel = \"warning\"\n")
+    config = load_config(path, ["log.level=debug", "workers.max_streams=7",
+                                'api.listen=["tcp://127.0.0.1:9"]'])
+    assert config.log.level == "debug"
+    assert config.workers.max_streams == 7
+    assert config.api.listen == ("tcp://127.0.0.1:9",)
+    msgs = _problems("", tmp_path, ("workers.count=0", "nonsense"))
+    assert any(m.startswith("--set: workers.count") for m in msgs)
+    assert any("expected KEY=VALUE" in m for m in msgs)
+
+
+def test_changed_keys_knows_live_from_restart():
+    old = Config()
+    new = load_config(None, ["log.level=debug", "workers.count=4"])
+    assert sorted(changed_keys(old, new)) == [("log.level", True), ("workers.count", False)]
+
+
+def test_check_config_cli(repo_root, tmp_path):
+    ok = subprocess.run([str(BIN / "cosyvoiced"), "check-config",
+                         str(repo_root / "configs" / "dev.toml")],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    effective = tomllib.loads(ok.stdout)
+    assert effective["api"]["listen"] == ["tcp://127.0.0.1:8080"]
+    assert effective["workers"]["onnx_threads"] == 1  # defaults are filled in
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[workers]\nonnx_threads = 0\n")
+    res = subprocess.run([str(BIN / "cosyvoiced"), "check-config", str(bad)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 78
+    assert "workers.onnx_threads" in res.stderr and res.stdout == ""
