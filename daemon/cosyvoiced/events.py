@@ -1,0 +1,174 @@
+"""Listening events and the in-process event bus that carries them.
+
+One dataclass per event, each with `to_dict()` (the wire form the API will expose). The
+bus is publish/subscribe with a bounded queue per subscriber: a subscriber that falls
+behind loses its own oldest events (and counts them); publishers never block or wait.
+`publish` may be called from any thread; subscribers read with `await sub.get()` (or
+`async for`) on their event loop, or poll with `get_nowait()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+__all__ = ["Event", "EventBus", "Subscription", "Transcript", "VoiceStarted", "VoiceStopped"]
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceStarted:
+    """Speech began at `start_ms` (stream-relative, start of the first speech window)."""
+
+    type: ClassVar[str] = "voice_started"
+    start_ms: int
+    stream: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class VoiceStopped:
+    """Speech from `start_ms` to `end_ms` ended (silence, the length cap, or stream end)."""
+
+    type: ClassVar[str] = "voice_stopped"
+    start_ms: int
+    end_ms: int
+    reason: str = "silence"
+    """silence | max_length | closed"""
+    stream: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """Text of the utterance `start_ms`..`end_ms`; `latency_ms` from end of speech to text."""
+
+    type: ClassVar[str] = "transcript"
+    text: str
+    start_ms: int
+    end_ms: int
+    latency_ms: float
+    rtf: float
+    """Decoding time / utterance duration."""
+    stream: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+Event = VoiceStarted | VoiceStopped | Transcript
+
+
+class Subscription:
+    """One subscriber's bounded queue; oldest events are dropped (and counted) when full."""
+
+    def __init__(self, bus: EventBus, maxsize: int, types: frozenset[str] | None) -> None:
+        if maxsize < 1:
+            raise ValueError(f"maxsize must be >= 1, got {maxsize}")
+        self._bus = bus
+        self._queue: deque[Any] = deque(maxlen=maxsize)
+        self._types = types
+        self._lock = threading.Lock()
+        self._waiter: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.dropped = 0
+        self.closed = False
+
+    def wants(self, event: Any) -> bool:
+        return self._types is None or event.type in self._types
+
+    def _put(self, event: Any) -> None:
+        with self._lock:
+            if len(self._queue) == self._queue.maxlen:
+                self.dropped += 1
+            self._queue.append(event)
+            waiter, loop = self._waiter, self._loop
+            self._waiter = None
+        if waiter is not None and loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(_wake, waiter)
+
+    def get_nowait(self) -> Any | None:
+        """The oldest queued event, or None."""
+        with self._lock:
+            return self._queue.popleft() if self._queue else None
+
+    def drain(self) -> list[Any]:
+        with self._lock:
+            out = list(self._queue)
+            self._queue.clear()
+            return out
+
+    async def get(self) -> Any:
+        """Wait for the next event (raises `asyncio.CancelledError` if cancelled)."""
+        while True:
+            with self._lock:
+                if self._queue:
+                    return self._queue.popleft()
+                if self.closed:
+                    raise EOFError("subscription closed")
+                self._loop = asyncio.get_running_loop()
+                self._waiter = self._loop.create_future()
+                waiter = self._waiter
+            await waiter
+
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[Any]:
+        while True:
+            try:
+                yield await self.get()
+            except EOFError:
+                return
+
+    def close(self) -> None:
+        self._bus._remove(self)
+        with self._lock:
+            self.closed = True
+            waiter, loop = self._waiter, self._loop
+            self._waiter = None
+        if waiter is not None and loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(_wake, waiter)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
+class EventBus:
+    """Fan-out of events to subscribers; `publish` never blocks."""
+
+    def __init__(self) -> None:
+        self._subs: tuple[Subscription, ...] = ()
+        self._lock = threading.Lock()
+        self.published = 0
+
+    def subscribe(self, maxsize: int = 256, types: Iterable[str] | None = None) -> Subscription:
+        """A new subscriber, optionally only for the event `type`s listed."""
+        sub = Subscription(self, maxsize, frozenset(types) if types is not None else None)
+        with self._lock:
+            self._subs = (*self._subs, sub)
+        return sub
+
+    def _remove(self, sub: Subscription) -> None:
+        with self._lock:
+            self._subs = tuple(s for s in self._subs if s is not sub)
+
+    def publish(self, event: Any) -> None:
+        self.published += 1
+        for sub in self._subs:  # a snapshot: subscribe/close swap the tuple
+            if sub.wants(event):
+                sub._put(event)
+
+    @property
+    def dropped(self) -> int:
+        """Events dropped over all current subscribers."""
+        return sum(s.dropped for s in self._subs)
