@@ -1,0 +1,1 @@
+"""Asterisk AudioSocket: one TCP connection per call, 3-byte framed messages."""

@@ -1,0 +1,160 @@
+"""AudioSocket frames: 1-byte kind, 2-byte big-endian payload length, payload.
+
+One dataclass per message, each knowing its wire form; `FrameParser` is sans-I/O (bytes
+in, frames out) so the same code serves the server, the test peer and the fuzzer.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from dataclasses import dataclass
+from enum import IntEnum
+
+HEADER = struct.Struct(">BH")
+SLIN_8K_FRAME_BYTES = 320
+"""20 ms of signed-linear 16-bit 8 kHz mono: what we send, one frame per tick."""
+DTMF_DIGITS = frozenset(b"0123456789*#ABCDabcd")
+
+
+class Kind(IntEnum):
+    HANGUP = 0x00
+    UUID = 0x01
+    DTMF = 0x03
+    SLIN = 0x10
+    ERROR = 0xFF
+
+
+class AsteriskErrorCode(IntEnum):
+    """Payload byte of an error frame sent by Asterisk."""
+
+    NONE = 0x00
+    HANGUP = 0x01
+    FRAME_FORWARDING = 0x02
+    MEMORY = 0x04
+
+
+class ProtocolError(Exception):
+    """The peer broke the protocol; the call ends with this reason."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Hangup:
+    def encode(self) -> bytes:
+        return HEADER.pack(Kind.HANGUP, 0)
+
+
+@dataclass(frozen=True)
+class CallId:
+    """The first frame of a call: the channel's UUID."""
+
+    id: uuid.UUID
+
+    def encode(self) -> bytes:
+        return HEADER.pack(Kind.UUID, 16) + self.id.bytes
+
+
+@dataclass(frozen=True)
+class Dtmf:
+    digit: str
+
+    def encode(self) -> bytes:
+        return HEADER.pack(Kind.DTMF, 1) + self.digit.encode("ascii")
+
+
+@dataclass(frozen=True)
+class Audio:
+    """Signed-linear 16-bit little-endian mono PCM at 8 kHz."""
+
+    pcm: bytes
+
+    def encode(self) -> bytes:
+        return HEADER.pack(Kind.SLIN, len(self.pcm)) + self.pcm
+
+
+@dataclass(frozen=True)
+class Error:
+    code: int | None
+
+    def encode(self) -> bytes:
+        if self.code is None:
+            return HEADER.pack(Kind.ERROR, 0)
+        return HEADER.pack(Kind.ERROR, 1) + bytes([self.code])
+
+
+Frame = Hangup | CallId | Dtmf | Audio | Error
+
+
+class FrameParser:
+    """Incremental parser: `feed(data)` returns every complete frame, in order.
+
+    On an unknown kind, an audio payload that is empty, odd-sized or over
+    `max_payload_bytes`, a UUID that is not 16 bytes, or a bad DTMF digit, `feed` still
+    returns the good frames before it and sets `error`; the connection must then end
+    (a further `feed` raises that error).
+    """
+
+    def __init__(self, max_payload_bytes: int = 4096,
+                 accepted_kinds: frozenset[int] = frozenset(Kind)) -> None:
+        self.max_payload_bytes = max_payload_bytes
+        self.accepted_kinds = accepted_kinds
+        self._buf = bytearray()
+        self.error: ProtocolError | None = None
+
+    @property
+    def pending_bytes(self) -> int:
+        """Bytes of an incomplete frame held back (a peer that stops mid-frame)."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[Frame]:
+        if self.error is not None:
+            raise self.error
+        self._buf += data
+        frames: list[Frame] = []
+        view = memoryview(self._buf)
+        pos = 0
+        try:
+            while len(view) - pos >= HEADER.size:
+                kind, length = HEADER.unpack_from(view, pos)
+                self._check_header(kind, length)
+                end = pos + HEADER.size + length
+                if end > len(view):
+                    break
+                frames.append(self._decode(kind, bytes(view[pos + HEADER.size:end])))
+                pos = end
+        except ProtocolError as exc:
+            self.error = exc
+        finally:
+            view.release()
+            del self._buf[:pos]
+        return frames
+
+    def _check_header(self, kind: int, length: int) -> None:
+        if kind not in self.accepted_kinds:
+            raise ProtocolError("unknown_kind", f"frame kind 0x{kind:02x} is not accepted")
+        if length > self.max_payload_bytes:
+            raise ProtocolError("oversize_frame",
+                                f"payload of {length} bytes exceeds {self.max_payload_bytes}")
+
+    @staticmethod
+    def _decode(kind: int, payload: bytes) -> Frame:
+        if kind == Kind.HANGUP:
+            return Hangup()
+        if kind == Kind.UUID:
+            if len(payload) != 16:
+                raise ProtocolError("bad_uuid", f"UUID payload is {len(payload)} bytes, not 16")
+            return CallId(uuid.UUID(bytes=payload))
+        if kind == Kind.DTMF:
+            if len(payload) != 1 or payload[0] not in DTMF_DIGITS:
+                raise ProtocolError("bad_dtmf", f"DTMF payload {payload!r} is not one digit")
+            return Dtmf(payload.decode("ascii"))
+        if kind == Kind.SLIN:
+            if not payload or len(payload) % 2:
+                raise ProtocolError("bad_audio",
+                                    f"audio payload of {len(payload)} bytes (must be even, > 0)")
+            return Audio(payload)
+        return Error(payload[0] if payload else None)
