@@ -159,3 +159,27 @@ def test_sigterm_waits_for_active_streams_then_exits_0(daemon_factory):
     assert d.wait(30) == 0
     took = time.monotonic() - t0
     assert 1.0 < took < 15, took
+
+
+def test_metrics_scrape_parses_and_counts_streams(daemon_factory):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    d = daemon_factory().start()
+    d.wait_ready()
+    tcp = [x for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]
+           if x.startswith("tcp://")][0].replace("tcp://", "http://")
+
+    def scrape() -> dict[str, float]:
+        with urllib.request.urlopen(f"{tcp}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return {f"{s.name}{sorted(s.labels.items())}": s.value
+                for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+    before = scrape()
+    assert "cosyvoiced_worker_restarts_total[]" in before
+    assert _post_unix(str(d.socket), "/v1/debug/hold-stream", {"seconds": 5}) == 202
+    after = scrape()
+    assert after["cosyvoiced_active_streams[('kind', 'debug')]"] == 1
+    d.signal(signal.SIGTERM)
+    d.signal(signal.SIGTERM)
+    d.wait()

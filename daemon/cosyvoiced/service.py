@@ -22,6 +22,7 @@ from .config import Config, ConfigError, changed_keys, load_config
 from .health import Health, Heartbeat
 from .http.server import HttpServer
 from .log import set_level
+from .metrics import Metrics
 from .notify import Notifier, Watchdog, watchdog_interval_s
 from .streams import Streams
 
@@ -40,6 +41,7 @@ class Daemon:
         self.notifier = Notifier()
         self.health = Health(config.service.health_stall_s)
         self.streams = Streams(config.workers.max_streams)
+        self.metrics = Metrics()
         self.state = "starting"
         self.ready = False
         self.started_s = time.monotonic()

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 import structlog
 from aiohttp import web
 
+from ..metrics import CONTENT_TYPE, Metrics
 from ..streams import Refused, Streams
 
 log = structlog.get_logger(__name__)
@@ -20,6 +21,7 @@ class DaemonView(Protocol):
     ready: bool
     debug: bool
     streams: Streams
+    metrics: Metrics
 
     def status(self) -> dict[str, Any]: ...
 
@@ -57,6 +59,14 @@ def make_app(daemon: DaemonView) -> web.Application:
     @routes.get("/readyz")
     async def readyz(_request: web.Request) -> web.Response:
         return web.json_response({"ready": daemon.ready}, status=200 if daemon.ready else 503)
+
+    @routes.get("/metrics")
+    async def metrics(_request: web.Request) -> web.Response:
+        m = daemon.metrics
+        m.active_streams.clear()
+        for s in daemon.streams.snapshot():
+            m.active_streams.labels(s.kind).inc()
+        return web.Response(body=m.render(), headers={"Content-Type": CONTENT_TYPE})
 
     @routes.get("/v1/status")
     async def status(_request: web.Request) -> web.Response:

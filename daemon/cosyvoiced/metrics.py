@@ -1,0 +1,55 @@
+"""Prometheus metrics: low cardinality, no per-call labels.
+
+One `Metrics` object per daemon, on its own registry (tests can run several daemons'
+worth in one process). Parts update it; `GET /metrics` renders it.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    exposition,
+    generate_latest,
+)
+
+LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+RTF_BUCKETS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)
+
+CONTENT_TYPE = exposition.CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        self.active_streams = Gauge("cosyvoiced_active_streams", "Streams now active",
+                                    ["kind"], registry=r)
+        self.tts_rtf = Histogram("cosyvoiced_tts_rtf", "Synthesis time / audio duration "
+                                 "per chunk", buckets=RTF_BUCKETS, registry=r)
+        self.tts_first_audio = Histogram("cosyvoiced_tts_first_audio_seconds",
+                                         "Request to first audio chunk",
+                                         buckets=LATENCY_BUCKETS_S, registry=r)
+        self.transcript_latency = Histogram("cosyvoiced_transcript_latency_seconds",
+                                            "End of speech to transcript",
+                                            buckets=LATENCY_BUCKETS_S, registry=r)
+        self.xruns = Counter("cosyvoiced_xruns", "ALSA xruns recovered", ["direction"],
+                             registry=r)
+        self.underruns = Counter("cosyvoiced_underruns", "Playback ring came up short "
+                                 "while a stream was playing", ["kind"], registry=r)
+        self.dropped_frames = Counter("cosyvoiced_dropped_frames", "Capture frames dropped "
+                                      "on a full ring", ["kind"], registry=r)
+        self.ring_fill = Gauge("cosyvoiced_ring_fill_ratio", "Mean fill of the rings",
+                               ["direction"], registry=r)
+        self.worker_busy = Gauge("cosyvoiced_worker_busy_ratio", "Busy fraction of each "
+                                 "inference worker", ["worker"], registry=r)
+        self.queue_depth = Gauge("cosyvoiced_queue_depth", "Jobs waiting in the workers",
+                                 ["kind"], registry=r)
+        self.refused = Counter("cosyvoiced_admissions_refused", "New streams or requests "
+                               "refused", ["reason"], registry=r)
+        self.worker_restarts = Counter("cosyvoiced_worker_restarts", "Inference workers "
+                                       "restarted after dying", registry=r)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
