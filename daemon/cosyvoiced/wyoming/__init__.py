@@ -1,0 +1,1 @@
+"""Wyoming protocol server (voice-assistant clients): TTS, ASR and VAD events."""

@@ -1,0 +1,108 @@
+"""A small fake of the `Speech` interface for protocol tests (the real one runs e2e)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import numpy as np
+
+from cosyvoiced.events import Transcript, VoiceStarted, VoiceStopped
+from cosyvoiced.speech import ListenEvent, Overloaded, VoiceInfo
+from cosyvoiced.tts.errors import UnknownVoice
+from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text
+
+
+class FakeSynthesis:
+    """One chunk per word: 0.1 s of a tone per word, s16le at 22050 Hz."""
+
+    rate_hz = 22050
+
+    def __init__(self, text: str) -> None:
+        self.words = text.split()
+        self.cancelled = False
+
+    async def __aiter__(self) -> AsyncIterator[AudioChunk]:
+        for i, word in enumerate(self.words):
+            if self.cancelled:
+                return
+            await asyncio.sleep(0)
+            audio = np.full(2205, 0.25, dtype=np.float32)
+            data = (audio * 32767).astype("<i2").tobytes()
+            yield AudioChunk(audio, data, self.rate_hz, "s16le", i, word,
+                             i == len(self.words) - 1)
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class FakeListening:
+    """Speech is any sample above 0.1; each run of speech is one utterance whose
+    'transcript' is its length in samples."""
+
+    def __init__(self, rate_hz: int) -> None:
+        self.rate_hz = rate_hz
+        self.queue: asyncio.Queue[ListenEvent] = asyncio.Queue()
+        self.pos = 0
+        self.start: int | None = None
+        self.transcripts: list[Transcript] = []
+
+    def _ms(self, n: int) -> int:
+        return n * 1000 // self.rate_hz
+
+    def feed(self, samples: np.ndarray) -> None:
+        for s in samples:
+            if s > 0.1 and self.start is None:
+                self.start = self.pos
+                self.queue.put_nowait(VoiceStarted(self._ms(self.pos)))
+            elif s <= 0.1 and self.start is not None:
+                self._end()
+            self.pos += 1
+
+    def _end(self) -> None:
+        assert self.start is not None
+        self.queue.put_nowait(VoiceStopped(self._ms(self.start), self._ms(self.pos)))
+        self.transcripts.append(Transcript(f"{self.pos - self.start} samples",
+                                           self._ms(self.start), self._ms(self.pos), 1.0, 0.1))
+        self.start = None
+
+    async def events(self) -> AsyncIterator[ListenEvent]:
+        while True:
+            yield await self.queue.get()
+
+    async def close(self) -> list[Transcript]:
+        if self.start is not None:
+            self._end()
+        return self.transcripts
+
+
+class FakeSpeech:
+    def __init__(self, *, capacity: int = 100) -> None:
+        self.capacity = capacity
+        self.active = 0
+        self.requests: list[tuple[str, SynthesisOptions]] = []
+        self.listens: list[FakeListening] = []
+
+    def voices(self) -> list[VoiceInfo]:
+        return [VoiceInfo("en_US-joe-medium", "en_US", 22050)]
+
+    def asr_model(self) -> str | None:
+        return "whisper-tiny.en"
+
+    async def synthesize(self, text: str | bytes, options: SynthesisOptions,
+                         stream_id: str) -> FakeSynthesis:
+        options.check()
+        text = check_text(text, 5000)
+        if options.voice not in (None, "en_US-joe-medium"):
+            raise UnknownVoice(options.voice, ["en_US-joe-medium"])
+        if self.active >= self.capacity:
+            raise Overloaded("no capacity left")
+        self.requests.append((text, options))
+        return FakeSynthesis(text)
+
+    async def listen(self, rate_hz: int, stream_id: str) -> FakeListening:
+        if self.active >= self.capacity:
+            raise Overloaded("no capacity left")
+        lis = FakeListening(rate_hz)
+        self.listens.append(lis)
+        return lis
