@@ -71,6 +71,24 @@ class TtsConfig:
     """auto: the INT8 variant kept by tools/quantize.py if it passed its quality gate."""
     max_chars: int = opt(5000, min=1, max=1_000_000, live=True)
     """Longest text accepted in one request."""
+    rate_hz: Literal[0, 8000, 16000, 22050, 24000, 48000] = opt(0, live=True)
+    """Default output sample rate; 0: the voice's own rate (22050 for medium voices)."""
+    format: Literal["float32", "s16le", "mulaw"] = opt("s16le", live=True)
+    """Default output sample format (little-endian PCM, or G.711 μ-law bytes)."""
+    sentence_silence_ms: int = opt(300, min=0, max=10_000, live=True)
+    """Silence inserted between sentences."""
+    clause_silence_ms: int = opt(120, min=0, max=10_000, live=True)
+    """Silence inserted between clauses of a sentence (after `, ; :` or a cut)."""
+    min_clause_chars: int = opt(12, min=1, max=1000, live=True)
+    """Clauses shorter than this are merged with the next (one ONNX run each)."""
+    max_clause_chars: int = opt(160, min=20, max=10_000, live=True)
+    """Clauses longer than this are cut at a word boundary."""
+    first_clause_max_chars: int = opt(48, min=10, max=10_000, live=True)
+    """The first clause of a request is cut at this length so first audio leaves early."""
+    fade_ms: float = opt(4.0, min=0.0, max=50.0, live=True)
+    """Raised-cosine fade at both edges of each clause's audio (no clicks at joins)."""
+    warmup: bool = opt(True)
+    """Run one synthesis per loaded voice before reporting ready."""
 
 
 @dataclass(frozen=True, kw_only=True)

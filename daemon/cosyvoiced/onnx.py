@@ -1,0 +1,154 @@
+"""The one ONNX Runtime session factory of the daemon (TTS, VAD and ASR all use it).
+
+Every session: CPU execution provider, explicit intra/inter-op thread counts, sequential
+execution, graph optimization on, and the optimized graph cached on disk.
+
+The cache holds the graph optimized at ORT_ENABLE_EXTENDED only: ORT documents that a
+graph saved after layout optimizations (ORT_ENABLE_ALL, the NCHWc transformer) may hold
+hardware-specific nodes usable only on the machine that made it, so the portable level is
+saved and the layout pass is applied online at load time (it is cheap). The cache key is
+the model file's SHA-256, the onnxruntime version and the saved optimization level.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+if TYPE_CHECKING:
+    import onnxruntime as ort
+
+log = structlog.get_logger(__name__)
+
+CACHED_LEVEL = "extended"
+"""Optimization level baked into cached graphs (portable across CPUs)."""
+
+
+class OnnxError(Exception):
+    """An ONNX Runtime failure (import, load, or run), with a stable `code`."""
+
+    code = "onnx_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+def import_ort() -> Any:
+    """Import onnxruntime, or raise OnnxError saying how to install it."""
+    try:
+        import onnxruntime
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise OnnxError(
+            "onnxruntime is not installed; install it with "
+            "`pip install onnxruntime` (CPU build)", code="onnx_missing") from exc
+    return onnxruntime
+
+
+def file_sha256(path: str | os.PathLike[str]) -> str:
+    """Hex SHA-256 of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def cache_path_for(model_path: str | os.PathLike[str], cache_dir: str | os.PathLike[str]) -> Path:
+    """Where the optimized copy of `model_path` lives in `cache_dir`."""
+    ort = import_ort()
+    key = f"{file_sha256(model_path)[:32]}-ort{ort.__version__}-{CACHED_LEVEL}"
+    return Path(cache_dir) / "onnx" / f"{Path(model_path).stem}-{key}.onnx"
+
+
+def _options(ort: Any, threads: int, inter_threads: int, spin: bool = False) -> Any:
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = inter_threads
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    # Our workers own their cores; ORT's spinning threads would steal them when idle.
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin else "0")
+    opts.log_severity_level = 3
+    return opts
+
+
+def _session(ort: Any, model: str, opts: Any) -> ort.InferenceSession:
+    try:
+        return ort.InferenceSession(model, sess_options=opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # one gate: every ORT load error becomes an OnnxError
+        raise OnnxError(f"cannot load ONNX model {model}: {exc}", code="onnx_load") from exc
+
+
+def _write_cache(ort: Any, model_path: str, cached: Path, threads: int, inter: int) -> bool:
+    """Optimize `model_path` at the portable level and save it atomically to `cached`."""
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cached.parent, suffix=".onnx.tmp")
+        os.close(fd)
+    except OSError as exc:
+        log.warning("onnx_cache_unwritable", path=str(cached.parent), error=str(exc))
+        return False
+    try:
+        opts = _options(ort, threads, inter)
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        opts.optimized_model_filepath = tmp
+        _session(ort, model_path, opts)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, cached)
+        return True
+    except OSError as exc:
+        log.warning("onnx_cache_write_failed", path=str(cached), error=str(exc))
+        return False
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def create_session(model_path: str | os.PathLike[str], *, threads: int = 1,
+                   inter_threads: int = 1, cache_dir: str | os.PathLike[str] | None = None,
+                   spin: bool = False) -> ort.InferenceSession:
+    """A CPU session for `model_path` with `threads` intra-op threads.
+
+    With `cache_dir`, the optimized graph is saved there on first use and loaded from
+    there afterwards (falls back to the original model if the cache is unwritable).
+    `spin`: let idle intra-op threads busy-wait (off by default: workers share cores).
+    """
+    ort = import_ort()
+    if threads < 1 or inter_threads < 1:
+        raise OnnxError(f"thread counts must be >= 1 (got {threads}/{inter_threads})",
+                        code="onnx_threads")
+    model = str(model_path)
+    if not os.path.isfile(model):
+        raise OnnxError(f"ONNX model not found: {model}", code="onnx_missing_model")
+    source = model
+    if cache_dir is not None:
+        cached = cache_path_for(model, cache_dir)
+        if cached.is_file() or _write_cache(ort, model, cached, threads, inter_threads):
+            source = str(cached)
+        log.debug("onnx_session_source", model=model, source=source)
+    opts = _options(ort, threads, inter_threads, spin)
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    try:
+        return _session(ort, source, opts)
+    except OnnxError:
+        if source == model:
+            raise
+        # A corrupt cache entry must not take the daemon down: drop it and load the original.
+        log.warning("onnx_cache_corrupt", path=source)
+        Path(source).unlink(missing_ok=True)
+        return _session(ort, model, opts)
+
+
+def run(session: ort.InferenceSession, feeds: dict[str, Any],
+        outputs: list[str] | None = None) -> list[Any]:
+    """`session.run` through the one error gate."""
+    try:
+        return session.run(outputs, feeds)
+    except Exception as exc:
+        raise OnnxError(f"ONNX run failed: {exc}", code="onnx_run") from exc

@@ -1,0 +1,1 @@
+"""Speak: Piper voices on our ONNX session factory, clause-streamed."""

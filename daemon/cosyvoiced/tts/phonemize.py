@@ -1,0 +1,58 @@
+"""Text to phoneme ids through the espeak-ng bridge shipped by piper-tts.
+
+espeak-ng keeps global state (current voice, internal buffers) and is not thread-safe,
+so every call in this process goes through one lock.
+"""
+
+from __future__ import annotations
+
+import threading
+import unicodedata
+from collections.abc import Mapping, Sequence
+
+from piper.config import PhonemeType, PiperConfig
+from piper.phoneme_ids import phonemes_to_ids
+from piper.phonemize_espeak import EspeakPhonemizer
+
+from cosyvoiced.tts.errors import TtsError
+
+_LOCK = threading.Lock()
+_PHONEMIZER: EspeakPhonemizer | None = None
+
+
+class UnsupportedPhonemeType(TtsError):
+    code = "unsupported_voice"
+
+
+def espeak_phonemes(text: str, espeak_voice: str,
+                    vowel_clusters: set[tuple[str, ...]] | None = None) -> list[str]:
+    """Phonemes of `text` (one clause or sentence) as a flat list of codepoints."""
+    global _PHONEMIZER
+    with _LOCK:
+        if _PHONEMIZER is None:
+            _PHONEMIZER = EspeakPhonemizer()
+        sentences = _PHONEMIZER.phonemize(espeak_voice, text, vowel_clusters=vowel_clusters)
+    flat: list[str] = []
+    for n, sentence in enumerate(sentences):
+        if n and flat and flat[-1] != " ":
+            flat.append(" ")
+        flat.extend(sentence)
+    return flat
+
+
+def raw_phonemes(phonemes: str) -> list[str]:
+    """`[[ ... ]]` passthrough: the written IPA, decomposed like espeak's output."""
+    return list(unicodedata.normalize("NFD", phonemes.strip()))
+
+
+def to_ids(phonemes: Sequence[str], id_map: Mapping[str, Sequence[int]]) -> list[int]:
+    """Phonemes to the voice's ids (BOS, PAD between, EOS), unknown phonemes dropped."""
+    return phonemes_to_ids(list(phonemes), id_map)
+
+
+def text_to_ids(text: str, config: PiperConfig) -> list[int]:
+    if config.phoneme_type != PhonemeType.ESPEAK:
+        raise UnsupportedPhonemeType(
+            f"voice phoneme type {config.phoneme_type.value!r} is not supported (espeak only)")
+    return to_ids(espeak_phonemes(text, config.espeak_voice, config.vowel_clusters),
+                  config.phoneme_id_map)

@@ -1,0 +1,127 @@
+"""Segments to clauses: what each ONNX run speaks, and the silence after it.
+
+Sentences are split at `. ! ?`, then clauses at `, ; :`. Clauses shorter than
+`min_clause_chars` are merged with the next (tiny runs sound choppy and cost a run
+each); clauses longer than `max_clause_chars` are cut at a word boundary, preferring
+the place before a function word. The first clause of a request is cut shorter
+(`first_clause_max_chars`) so the first audio leaves early.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from cosyvoiced.normalize.segments import Pause, Phonemes, Segment, Speech
+
+SENTENCE_RE = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
+CLAUSE_RE = re.compile(r"(?<=[,;:])\s+")
+BREAK_BEFORE = frozenset(
+    "and or but so because then to for with at on in of from that which when while if "
+    "as your our the a".split())
+
+
+@dataclass(frozen=True)
+class Clause:
+    text: str
+    """Words to speak, or IPA when `phonemes`; "" for silence only."""
+    phonemes: bool
+    rate: float
+    """Speaking-rate multiplier (divides the length scale)."""
+    pause_after_ms: int
+    """Silence appended after this clause."""
+
+
+@dataclass(frozen=True)
+class PlanLimits:
+    min_clause_chars: int = 12
+    max_clause_chars: int = 160
+    first_clause_max_chars: int = 48
+    clause_silence_ms: int = 120
+    sentence_silence_ms: int = 300
+
+
+def cut_long(text: str, limit: int) -> list[str]:
+    """Cut `text` into pieces of at most `limit` chars at word boundaries."""
+    pieces: list[str] = []
+    while len(text) > limit:
+        words = text.split(" ")
+        best, pos, best_score = 0, 0, -1.0
+        for i, word in enumerate(words[:-1]):
+            pos += len(word) + 1
+            if pos - 1 > limit:
+                break
+            # Prefer cutting late, and before a function word.
+            score = pos / limit + (0.6 if words[i + 1].lower() in BREAK_BEFORE else 0.0)
+            if pos - 1 >= limit // 3 and score > best_score:
+                best, best_score = pos, score
+        if best == 0:  # one very long word or nothing fits: cut at the first space
+            space = text.find(" ", limit // 3)
+            if space < 0:
+                break
+            best = space + 1
+        pieces.append(text[:best].strip())
+        text = text[best:].strip()
+    if text:
+        pieces.append(text)
+    return pieces
+
+
+def _merge_short(parts: list[str], min_chars: int) -> list[str]:
+    out: list[str] = []
+    carry = ""
+    for part in parts:
+        carry = f"{carry} {part}".strip() if carry else part
+        if len(carry) >= min_chars:
+            out.append(carry)
+            carry = ""
+    if carry:
+        if out:
+            out[-1] = f"{out[-1]} {carry}"
+        else:
+            out.append(carry)
+    return out
+
+
+def plan(segments: list[Segment], limits: PlanLimits) -> list[Clause]:
+    """Clauses in speaking order; the last one carries no trailing silence."""
+    clauses: list[Clause] = []
+    explicit_tail_ms = 0  # <break>s after the last spoken clause are kept, implicit pauses not
+
+    def add_pause(ms: int) -> None:
+        if clauses:
+            last = clauses[-1]
+            clauses[-1] = Clause(last.text, last.phonemes, last.rate, last.pause_after_ms + ms)
+        else:
+            clauses.append(Clause("", False, 1.0, ms))
+
+    for seg in segments:
+        if isinstance(seg, Pause):
+            add_pause(seg.duration_ms)
+            explicit_tail_ms += seg.duration_ms
+            continue
+        explicit_tail_ms = 0
+        if isinstance(seg, Phonemes):
+            clauses.append(Clause(seg.phonemes, True, seg.rate, limits.clause_silence_ms))
+        elif isinstance(seg, Speech):
+            for sentence in SENTENCE_RE.split(seg.text.strip()):
+                if not sentence.strip():
+                    continue
+                parts = _merge_short(CLAUSE_RE.split(sentence.strip()), limits.min_clause_chars)
+                pieces: list[str] = []
+                for part in parts:
+                    first = not clauses and not pieces
+                    limit = limits.first_clause_max_chars if first else limits.max_clause_chars
+                    head = cut_long(part, limit)
+                    if first and len(head) > 1:  # the rest of it at the normal limit
+                        head = head[:1] + cut_long(" ".join(head[1:]), limits.max_clause_chars)
+                    pieces.extend(head)
+                for n, piece in enumerate(pieces):
+                    end = n == len(pieces) - 1
+                    pause = limits.sentence_silence_ms if end else limits.clause_silence_ms
+                    clauses.append(Clause(piece, False, seg.rate, pause))
+    if clauses:
+        last = clauses[-1]
+        if last.text:
+            clauses[-1] = Clause(last.text, last.phonemes, last.rate, explicit_tail_ms)
+    return clauses

