@@ -19,11 +19,13 @@ import structlog
 
 from . import __version__
 from .config import Config, ConfigError, changed_keys, load_config
+from .events import EventBus
 from .health import Health, Heartbeat
 from .http.server import HttpServer
 from .log import set_level
 from .metrics import Metrics
 from .notify import Notifier, Watchdog, watchdog_interval_s
+from .speech import Speech
 from .streams import Streams
 
 log = structlog.get_logger(__name__)
@@ -42,6 +44,8 @@ class Daemon:
         self.health = Health(config.service.health_stall_s)
         self.streams = Streams(config.workers.max_streams)
         self.metrics = Metrics()
+        self.bus = EventBus()
+        self.speech: Speech | None = None
         self.state = "starting"
         self.ready = False
         self.started_s = time.monotonic()

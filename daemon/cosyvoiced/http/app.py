@@ -9,8 +9,13 @@ from typing import Any, Protocol
 import structlog
 from aiohttp import web
 
+from ..events import EventBus
 from ..metrics import CONTENT_TYPE, Metrics
+from ..speech import Speech
 from ..streams import Refused, Streams
+from .errors import ApiError
+from .listen import MAX_UPLOAD_BYTES, ListenRoutes
+from .tts import TtsRoutes
 
 log = structlog.get_logger(__name__)
 
@@ -22,6 +27,8 @@ class DaemonView(Protocol):
     debug: bool
     streams: Streams
     metrics: Metrics
+    bus: EventBus
+    speech: Speech | None
 
     def status(self) -> dict[str, Any]: ...
 
@@ -37,6 +44,8 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
     """Every error leaves as {"error": {"code", "message"}}, never a stack trace."""
     try:
         return await handler(request)
+    except ApiError as exc:
+        return error_response(exc.status, exc.code, str(exc))
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -48,8 +57,11 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
 
 
 def make_app(daemon: DaemonView) -> web.Application:
-    app = web.Application(middlewares=[json_errors])
+    app = web.Application(middlewares=[json_errors], client_max_size=MAX_UPLOAD_BYTES)
     routes = web.RouteTableDef()
+    if daemon.speech is not None:
+        TtsRoutes(daemon.speech, daemon.streams, daemon.metrics).add_to(app)
+        ListenRoutes(daemon.speech, daemon.streams, daemon.bus).add_to(app)
 
     @routes.get("/healthz")
     async def healthz(_request: web.Request) -> web.Response:
@@ -67,6 +79,13 @@ def make_app(daemon: DaemonView) -> web.Application:
         for s in daemon.streams.snapshot():
             m.active_streams.labels(s.kind).inc()
         return web.Response(body=m.render(), headers={"Content-Type": CONTENT_TYPE})
+
+    @routes.get("/v1/streams")
+    async def streams(_request: web.Request) -> web.Response:
+        now = time.monotonic()
+        return web.json_response({"streams": [
+            {"id": s.id, "kind": s.kind, "age_s": round(now - s.started_s, 3)}
+            for s in daemon.streams.snapshot()]})
 
     @routes.get("/v1/status")
     async def status(_request: web.Request) -> web.Response:
