@@ -67,7 +67,12 @@ def load_config(path: str | os.PathLike[str] | None, overrides: typing.Sequence[
             raise ConfigError([ConfigProblem(source, "", f"invalid TOML: {exc}")]) from None
         lines = _LineIndex(text)
     overridden = frozenset(_apply_override(data, item, problems) for item in overrides)
-    config = _build(Config, data, "", _Where(source, lines, overridden), problems)
+    where = _Where(source, lines, overridden)
+    config = _build(Config, data, "", where, problems)
+    if not problems:  # cross-field checks, owned by the sections' stages
+        from cosyvoiced.workers.cpus import config_problems
+
+        problems += [where.problem(key, msg) for key, msg in config_problems(config)]
     if problems:
         raise ConfigError(problems)
     assert isinstance(config, Config)

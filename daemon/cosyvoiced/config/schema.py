@@ -59,6 +59,23 @@ class WorkersConfig:
     """Hard cap on concurrent streams, whatever the measured load says."""
     lookahead_s: float = opt(1.5, min=0.1, max=60.0, live=True)
     """Audio each TTS stream may have synthesized ahead of playback."""
+    policy: Literal["edf", "fifo"] = opt("edf", live=True)
+    """TTS clause order: edf (the stream closest to running dry first) or fifo (naive)."""
+    admit_busy_max: float = opt(0.85, min=0.05, max=4.0, live=True)
+    """Refuse new streams/requests when a worker's load with one more would exceed this
+    (busy fraction of its CPUs; load = max(measured busy, speaking streams x RTF))."""
+    spare: bool = opt(True)
+    """Keep one warm spare worker that takes over a dead worker's slot at once."""
+    restart_backoff_s: float = opt(0.5, min=0.0, max=600.0, live=True)
+    """First delay before restarting a worker that keeps dying (doubles per death/min)."""
+    restart_backoff_max_s: float = opt(30.0, min=0.0, max=3600.0, live=True)
+    """Longest restart delay."""
+    hang_restart_s: float = opt(30.0, min=0.0, max=3600.0, live=True)
+    """Kill and replace a worker whose heartbeat stopped this long ago; 0: never."""
+    vad_tick_ms: float = opt(16.0, min=1.0, max=1000.0)
+    """How often a worker gathers full VAD windows into one batched run."""
+    vad_slots: int = opt(1024, min=1, max=100000)
+    """VAD streams one worker can hold per sample rate."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,6 +132,14 @@ class AsrConfig:
     """CTranslate2 Whisper model directory; empty: the bundled Whisper tiny.en."""
     beam_size: int = opt(1, min=1, max=16, live=True)
     """Beam width for decoding."""
+    compute_type: Literal["int8", "int8_float32", "float32"] = opt("int8")
+    """CTranslate2 compute type on the CPU."""
+    threads: int = opt(1, min=1, max=64)
+    """CTranslate2 intra-op threads per worker (count them in the worker's core budget)."""
+    min_encoder_frames: int = opt(2000, min=100, max=3000, live=True)
+    """Shortest encoder input in 10 ms frames (Whisper pads to 3000; shorter is faster)."""
+    max_batch: int = opt(8, min=1, max=64)
+    """Utterances decoded together in one call."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,6 +182,22 @@ class AudioSocketConfig:
     """Accept Asterisk AudioSocket calls."""
     listen: str = opt("127.0.0.1:9092")
     """HOST:PORT to listen on."""
+    greeting: str = opt("", live=True)
+    """Spoken to each caller when the call starts; empty: none."""
+    voice: str = opt("", live=True)
+    """Voice for calls; empty: tts.voice."""
+    barge_in: bool = opt(True, live=True)
+    """Stop speaking when the caller starts talking."""
+    barge_in_min_ms: int = opt(0, min=0, max=5000, live=True)
+    """Caller speech needed (beyond the VAD's own start_ms) before barge-in."""
+    playout_ms: int = opt(60, min=20, max=1000, live=True)
+    """Synthesized audio buffered ahead of the 20 ms send clock (flushed on barge-in)."""
+    first_frame_timeout_s: float = opt(5.0, min=0.1, max=60.0, live=True)
+    """A connection that sends no UUID frame within this is closed."""
+    peer_timeout_s: float = opt(10.0, min=0.5, max=3600.0, live=True)
+    """A call whose peer sends nothing for this long is ended."""
+    max_send_buffer_bytes: int = opt(64_000, min=1000, max=10_000_000, live=True)
+    """A peer that does not read what we send (unsent bytes above this) is ended."""
 
 
 @dataclass(frozen=True, kw_only=True)

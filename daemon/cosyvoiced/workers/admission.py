@@ -1,0 +1,89 @@
+"""Load-based admission: who takes a new stream or request, or a typed `Overloaded`.
+
+Each worker measures its own busy fraction and clause real-time factor (RTF); the pool
+knows how many of each worker's TTS streams are speaking and how many listen streams it
+holds. A worker's load is the larger of what it measured and what the model says
+(`speaking x rtf + listen windows x cost`); the measured figure lags, the modelled one
+reacts at once. New work goes to the least loaded live worker whose load with one more
+stream stays within `busy_max`; if none, the request is refused rather than letting
+every stream on the worker fall behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cosyvoiced.workers.errors import Overloaded
+
+VAD_WINDOW_S = 0.032
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    index: int
+    alive: bool
+    busy: float
+    """Measured busy fraction (moving average)."""
+    rtf: float
+    """Measured clause RTF (moving average): CPU seconds per second of speech."""
+    vad_us: float
+    """Measured cost of one VAD window (unbatched: an upper bound)."""
+    speaking: int
+    """TTS streams with requests in flight."""
+    listening: int
+    streams: int
+
+    def modelled(self, vad_batched_factor: float = 0.5) -> float:
+        vad = self.listening * self.vad_us * 1e-6 * vad_batched_factor / VAD_WINDOW_S
+        return self.speaking * self.rtf + vad
+
+    def load(self) -> float:
+        return max(self.busy, self.modelled())
+
+    def tts_capacity(self, busy_max: float) -> int:
+        """Concurrent speaking streams this worker can carry in real time."""
+        if not self.alive or self.rtf <= 0:
+            return 0
+        return int(busy_max / self.rtf)
+
+
+class Admission:
+    def __init__(self, busy_max: float, max_streams: int) -> None:
+        self.busy_max = busy_max
+        self.max_streams = max_streams
+        self.refused = 0
+
+    def _refuse(self, message: str) -> Overloaded:
+        self.refused += 1
+        return Overloaded(message)
+
+    def check_cap(self, open_streams: int) -> None:
+        if open_streams >= self.max_streams:
+            raise self._refuse(f"at the workers.max_streams cap ({self.max_streams})")
+
+    def cost(self, load: WorkerLoad, kind: str) -> float:
+        if kind == "tts":
+            return load.rtf
+        return load.vad_us * 1e-6 * 0.5 / VAD_WINDOW_S
+
+    def choose(self, loads: Sequence[WorkerLoad], kind: str) -> int:
+        """Index of the least loaded worker that can take one more `kind` stream."""
+        live = [w for w in loads if w.alive]
+        if not live:
+            raise self._refuse("no inference worker is running")
+        best = min(live, key=lambda w: (w.load(), w.streams, w.index))
+        if best.load() + self.cost(best, kind) > self.busy_max:
+            raise self._refuse(
+                f"every worker is at its real-time capacity (least loaded: worker "
+                f"{best.index} at {best.load():.2f} of {self.busy_max:.2f})")
+        return best.index
+
+    def can_speak(self, load: WorkerLoad) -> None:
+        """A stream that is idle now asks to speak on its worker: fits, or Overloaded."""
+        if not load.alive:
+            raise self._refuse(f"worker {load.index} is restarting")
+        if load.load() + load.rtf > self.busy_max:
+            raise self._refuse(
+                f"worker {load.index} is at its real-time capacity "
+                f"({load.load():.2f} of {self.busy_max:.2f})")

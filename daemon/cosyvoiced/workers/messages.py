@@ -1,0 +1,145 @@
+"""Control messages between the pool (main process) and a worker: one dataclass each.
+
+Audio never travels here (it moves through shared-memory rings); these are the small
+control and event messages. The wire format lives in this module only: a message is
+pickled by `multiprocessing.connection.Connection.send` and checked on receipt against
+the known types, so a stray object is a protocol error, not a silent misroute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+# --- pool -> worker -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OpenTts:
+    stream_id: str
+    ring_name: str
+    """Playback ring (float32 mono at `rate_hz`) the worker attaches to as producer."""
+    rate_hz: int
+
+
+@dataclass(frozen=True)
+class Say:
+    stream_id: str
+    request_id: int
+    text: str
+    options: Any
+    """`cosyvoiced.tts.request.SynthesisOptions` (rate and format are set by the stream)."""
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Drop the stream's queued and pending audio at once (barge-in, hangup)."""
+
+    stream_id: str
+
+
+@dataclass(frozen=True)
+class OpenListen:
+    stream_id: str
+    ring_name: str
+    """Capture ring (float32 mono at `rate_hz`) the worker attaches to as consumer."""
+    rate_hz: int
+
+
+@dataclass(frozen=True)
+class CloseStream:
+    stream_id: str
+
+
+@dataclass(frozen=True)
+class Adopt:
+    """A warm spare takes over worker slot `index`, pinned to `cpus`."""
+
+    index: int
+    cpus: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SetPolicy:
+    """Scheduling policy ("edf" | "fifo") and lookahead; tests and benches switch it."""
+
+    policy: str
+    lookahead_s: float
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+# --- worker -> pool -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    index: int
+    """Worker slot served (-1: a spare, warm and waiting to adopt a slot)."""
+    pid: int
+    cpus: tuple[int, ...]
+    tts_rtf: float
+    """Real-time factor of the warm-up synthesis."""
+    vad_window_us: float
+    """Cost of one VAD window in the warm-up run."""
+    threads: int
+    """OS threads in the worker after loading its sessions."""
+
+
+@dataclass(frozen=True)
+class FirstAudio:
+    stream_id: str
+    request_id: int
+    latency_s: float
+    """From the worker receiving the request to its first audio in the ring."""
+
+
+@dataclass(frozen=True)
+class SayDone:
+    stream_id: str
+    request_id: int
+    samples: int
+    """Samples written to the ring for this request."""
+    cancelled: bool = False
+    rtf: float = 0.0
+
+
+@dataclass(frozen=True)
+class StreamError:
+    stream_id: str
+    request_id: int
+    """-1 when the error is about the stream, not one request."""
+    code: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ListenEvent:
+    """A listening event of one stream (`cosyvoiced.events`: voice_started, ...)."""
+
+    stream_id: str
+    event: Any
+
+
+TO_WORKER = (OpenTts, Say, Cancel, OpenListen, CloseStream, Adopt, SetPolicy, Stop)
+FROM_WORKER = (Ready, FirstAudio, SayDone, StreamError, ListenEvent)
+
+
+class ProtocolError(Exception):
+    code = "worker_protocol"
+
+
+def send(conn: Connection, msg: object) -> None:
+    conn.send(msg)
+
+
+def recv(conn: Connection, allowed: tuple[type, ...]) -> Any:
+    """Receive one message of an allowed type (EOFError when the peer is gone)."""
+    msg = conn.recv()
+    if not isinstance(msg, allowed):
+        raise ProtocolError(f"unexpected message {type(msg).__name__}")
+    return msg

@@ -1,0 +1,153 @@
+"""Tick-driven batched VAD: one Silero run per tick over every stream with a full window.
+
+Streams at one rate share a `VadGroup`: one `SileroBatch` (each stream its own state
+slot), one preallocated window matrix, and per stream a capture ring and a sink that
+turns probabilities into events (the endpointer). A tick reads each ready stream's next
+window straight into its row of the matrix (`read_into` a preallocated row view: no
+allocation per stream), runs the model once over those rows, and hands each stream its
+probability. Backlogged streams (the worker was busy with a TTS clause) are served by
+repeating the tick until no stream has a full window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+
+class ConsumerRing(Protocol):
+    def available(self) -> int: ...
+    def read_into(self, out: np.ndarray) -> int: ...
+
+
+class BatchVad(Protocol):
+    """What `cosyvoiced.vad.SileroBatch` offers (and test fakes imitate)."""
+
+    window: int
+    capacity: int
+
+    def open(self) -> int: ...
+    def close(self, slot: int) -> None: ...
+    def run(self, slots: Any, windows: np.ndarray) -> np.ndarray: ...
+
+
+ProbSink = Callable[[float], None]
+
+
+@dataclass
+class _Member:
+    stream_id: str
+    slot: int
+    ring: ConsumerRing
+    sink: ProbSink
+    windows: int = 0
+
+
+class VadGroup:
+    """Every listen stream of one rate in one worker."""
+
+    def __init__(self, batch: BatchVad) -> None:
+        self.batch = batch
+        self.window = batch.window
+        cap = batch.capacity
+        self._win = np.zeros((cap, self.window), dtype=np.float32)
+        self._rows = [self._win[i] for i in range(cap)]  # row views made once
+        self._slots = np.zeros(cap, dtype=np.intp)
+        self._ready: list[_Member] = [None] * cap  # type: ignore[list-item]
+        self.members: dict[str, _Member] = {}
+        self._order: list[_Member] = []
+        self.windows = 0
+        self.runs = 0
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def add(self, stream_id: str, ring: ConsumerRing, sink: ProbSink) -> int:
+        slot = self.batch.open()
+        member = _Member(stream_id, slot, ring, sink)
+        self.members[stream_id] = member
+        self._order.append(member)
+        return slot
+
+    def remove(self, stream_id: str) -> None:
+        member = self.members.pop(stream_id, None)
+        if member is None:
+            return
+        self._order.remove(member)
+        self.batch.close(member.slot)
+
+    def tick_once(self) -> int:
+        """One batched run over the streams with a full window; returns windows done."""
+        w = self.window
+        rows, slots, ready = self._rows, self._slots, self._ready
+        k = 0
+        for m in self._order:
+            if m.ring.available() >= w:
+                m.ring.read_into(rows[k])
+                slots[k] = m.slot
+                ready[k] = m
+                k += 1
+        if not k:
+            return 0
+        probs = self.batch.run(slots[:k], self._win[:k])
+        for i, p in enumerate(probs.tolist()):
+            m = ready[i]
+            m.windows += 1
+            m.sink(p)
+        self.windows += k
+        self.runs += 1
+        return k
+
+    def tick(self, max_rounds: int = 64) -> int:
+        """Ticks until no stream has a full window (bounded); returns windows done."""
+        total = 0
+        for _ in range(max_rounds):
+            n = self.tick_once()
+            if not n:
+                break
+            total += n
+        return total
+
+
+class VadTicker:
+    """The worker's VAD side: one group per rate, ticked on a fixed period."""
+
+    def __init__(self, make_batch: Callable[[int], BatchVad], period_s: float) -> None:
+        self.make_batch = make_batch
+        self.period_s = period_s
+        self.groups: dict[int, VadGroup] = {}
+        self._where: dict[str, int] = {}
+        self.next_tick_s = 0.0
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def add(self, stream_id: str, rate_hz: int, ring: ConsumerRing, sink: ProbSink) -> None:
+        group = self.groups.get(rate_hz)
+        if group is None:
+            group = self.groups[rate_hz] = VadGroup(self.make_batch(rate_hz))
+        group.add(stream_id, ring, sink)
+        self._where[stream_id] = rate_hz
+
+    def remove(self, stream_id: str) -> bool:
+        rate = self._where.pop(stream_id, None)
+        if rate is None:
+            return False
+        self.groups[rate].remove(stream_id)
+        return True
+
+    def due_in(self, now_s: float) -> float | None:
+        if not self._where:
+            return None
+        return max(0.0, self.next_tick_s - now_s)
+
+    def tick(self, now_s: float) -> int:
+        """Run the groups if the tick is due; returns windows done."""
+        if not self._where or now_s < self.next_tick_s:
+            return 0
+        nxt = self.next_tick_s + self.period_s
+        self.next_tick_s = nxt if nxt > now_s else now_s + self.period_s
+        return sum(group.tick() for group in self.groups.values())
