@@ -115,6 +115,20 @@ def test_flush_request_is_honoured_by_consumer(make_ring):
     assert ring.read_into(out) == 10 and (out == 2.0).all()
 
 
+def test_flush_keeps_what_was_written_after_the_request(make_ring):
+    # regression: a flush honoured late used to discard the next utterance's start too
+    ring = make_ring(64, policy="refuse")
+    ring.write(np.ones(20, np.float32))
+    ring.request_flush()
+    ring.write(np.full(8, 3.0, np.float32))
+    out = np.zeros(10, np.float32)
+    assert ring.read_into(out) == 8 and (out[:8] == 3.0).all()
+    ring.request_flush()  # nothing new written since the last flush point: no-op
+    ring.write(np.full(4, 5.0, np.float32))
+    ring.request_flush()
+    assert ring.read_into(out) == 0
+
+
 def test_attach_sees_the_same_ring(make_ring):
     ring = make_ring(256, channels=2, dtype=np.int16, policy="refuse")
     other = Ring.attach(ring.name)

@@ -8,7 +8,7 @@ Layout (all little-endian uint64 header words, 64-byte cache lines):
 * line 0, immutable: magic, layout version, capacity (frames), channels, dtype code,
   policy, data offset.
 * line 1, written by the producer only: write counter, overruns, dropped frames,
-  `playing` flag, flush requests.
+  `playing` flag, flush point (the write counter at the last flush request).
 * line 2, written by the consumer only: read counter, underruns, underrun frames,
   flushes honoured.
 * data from byte 256: `capacity` frames of `channels` samples (float32 or int16).
@@ -65,7 +65,7 @@ _POLICY_CODES = {v: k for k, v in _POLICIES.items()}
 # Header word indices.
 _H_MAGIC, _H_VERSION, _H_CAPACITY, _H_CHANNELS, _H_DTYPE, _H_POLICY, _H_DATA = range(7)
 _P = _LINE_WORDS  # producer line
-_W, _OVERRUNS, _DROPPED, _PLAYING, _FLUSH_REQ = _P, _P + 1, _P + 2, _P + 3, _P + 4
+_W, _OVERRUNS, _DROPPED, _PLAYING, _FLUSH_AT = _P, _P + 1, _P + 2, _P + 3, _P + 4
 _C = 2 * _LINE_WORDS  # consumer line
 _R, _UNDERRUNS, _UNDER_FRAMES, _FLUSH_DONE = _C, _C + 1, _C + 2, _C + 3
 
@@ -217,8 +217,11 @@ class Ring:
         self._h[_PLAYING] = 1 if playing else 0
 
     def request_flush(self) -> None:
-        """Producer: ask the consumer to discard everything written so far (barge-in)."""
-        self._h[_FLUSH_REQ] += 1
+        """Producer: ask the consumer to discard everything written so far (barge-in).
+
+        Only what was written before the request is discarded: the flush point is the
+        write counter now, so audio written after it (the next utterance) survives."""
+        self._h[_FLUSH_AT] = self._h[_W]
 
     # -- consumer side -------------------------------------------------------------------
 
@@ -234,10 +237,10 @@ class Ring:
         """
         h = self._h
         r = h[_R]
-        req = h[_FLUSH_REQ]
-        if req != h[_FLUSH_DONE]:
-            h[_FLUSH_DONE] = req
-            r = h[_W]
+        flush_at = h[_FLUSH_AT]
+        if flush_at > r:
+            h[_FLUSH_DONE] += 1
+            r = flush_at
             h[_R] = r
         want = out.shape[0]
         n = h[_W] - r

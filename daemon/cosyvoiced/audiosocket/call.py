@@ -1,0 +1,236 @@
+"""One AudioSocket call: caller audio to the listener, our speech out on the 20 ms clock.
+
+Speech for the caller is synthesized at 8 kHz into a small playout ring; the server's
+clock takes one 320-byte frame per call per tick, so nothing is sent in bursts and
+nothing is queued at Asterisk that barge-in could not recall. Barge-in cancels the
+synthesis and flushes the ring: the next tick sends nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import structlog
+
+from ..codec import s16_to_f32
+from ..config.schema import AudioSocketConfig
+from ..events import EventBus, VoiceStarted, VoiceStopped
+from ..metrics import Metrics
+from ..ring import Ring
+from ..speech import Listening, Speech, Synthesis
+from ..tts.request import SynthesisOptions
+from .frames import HEADER, Audio, CallId, Dtmf, Error, Frame, FrameParser, Hangup, Kind
+
+log = structlog.get_logger(__name__)
+
+RATE_HZ = 8000
+FRAME_SAMPLES = 160
+"""20 ms at 8 kHz."""
+_AUDIO_HEADER = HEADER.pack(Kind.SLIN, 2 * FRAME_SAMPLES)
+
+
+@dataclass(frozen=True, slots=True)
+class DtmfPressed:
+    """A DTMF digit from the caller, `at_ms` into the call."""
+
+    type: ClassVar[str] = "dtmf"
+    digit: str
+    at_ms: int
+    stream: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+class Call:
+    def __init__(self, call_id: str, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, parser: FrameParser, speech: Speech,
+                 listening: Listening, config: AudioSocketConfig, bus: EventBus,
+                 metrics: Metrics) -> None:
+        self.id = call_id
+        self.reader = reader
+        self.writer = writer
+        self.parser = parser
+        self.speech = speech
+        self.listening = listening
+        self.config = config
+        self.bus = bus
+        self.metrics = metrics
+        self.started_s = time.monotonic()
+        self.end_reason = ""
+        self.ended = asyncio.Event()
+        self.frames_sent = 0
+        self.barge_ins = 0
+        capacity = max(2 * FRAME_SAMPLES, config.playout_ms * RATE_HZ // 1000)
+        self._playout = Ring.create(capacity, dtype=np.int16, policy="refuse")
+        self._packet = bytearray(_AUDIO_HEADER + bytes(2 * FRAME_SAMPLES))
+        self._frame = np.frombuffer(self._packet, dtype="<i2", offset=len(_AUDIO_HEADER))
+        """The packet's payload: the ring copies speech straight into it."""
+        self._speaking: tuple[Synthesis, asyncio.Task[None]] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def speaking(self) -> bool:
+        return self._speaking is not None or self._playout.available() > 0
+
+    # --- the send clock (called by the server every 20 ms) -------------------------
+
+    def tick(self) -> None:
+        """Send one frame if there is speech to send; never blocks, never allocates."""
+        if self.ended.is_set():
+            return
+        n = self._playout.read_into(self._frame)
+        if n == 0:
+            return
+        if n < FRAME_SAMPLES:
+            self._frame[n:] = 0
+        self.writer.write(self._packet)
+        self.frames_sent += 1
+        if self.writer.transport.get_write_buffer_size() > self.config.max_send_buffer_bytes:
+            self.end("slow_peer")
+
+    # --- speaking -----------------------------------------------------------------
+
+    async def say(self, text: str) -> None:
+        """Replace whatever is being said with `text` (typed errors raised here)."""
+        options = SynthesisOptions(voice=self.config.voice or None, rate_hz=RATE_HZ,
+                                   format="s16le")
+        synthesis = await self.speech.synthesize(text, options, self.id)
+        self.stop_speaking()
+        task = asyncio.create_task(self._feed(synthesis))
+        self._speaking = (synthesis, task)
+        self._playout.set_playing(True)
+
+    async def _feed(self, synthesis: Synthesis) -> None:
+        try:
+            async for chunk in synthesis:
+                pcm = np.frombuffer(chunk.data, dtype=np.int16)
+                done = 0
+                while done < pcm.shape[0]:
+                    done += self._playout.write(pcm[done:])
+                    if done < pcm.shape[0]:
+                        await asyncio.sleep(FRAME_SAMPLES / RATE_HZ / 2)
+        except Exception as exc:  # a failed synthesis ends the speech, not the call
+            log.error("call_speech_failed", call_id=self.id, error=str(exc),
+                      code=getattr(exc, "code", "internal"))
+        finally:
+            if self._speaking is not None and self._speaking[1] is asyncio.current_task():
+                self._speaking = None
+
+    def stop_speaking(self) -> None:
+        """Cancel synthesis and drop buffered speech: the next tick sends nothing."""
+        if self._speaking is not None:
+            synthesis, task = self._speaking
+            self._speaking = None
+            synthesis.cancel()
+            task.cancel()
+        self._playout.request_flush()
+        self._playout.set_playing(False)
+
+    # --- receiving ----------------------------------------------------------------
+
+    async def run(self, early: list[Frame]) -> None:
+        """Serve the call until it ends; `early` are frames read along with the UUID."""
+        log.info("call_started", call_id=self.id)
+        for frame in early:
+            if not self._handle(frame):
+                break
+        if self.parser.error is not None:
+            self.end(f"protocol_error:{self.parser.error.code}")
+        self._tasks = [asyncio.create_task(self._receive()),
+                       asyncio.create_task(self._watch_voice())]
+        if self.config.greeting:
+            try:
+                await self.say(self.config.greeting)
+            except Exception as exc:
+                log.error("greeting_failed", call_id=self.id, error=str(exc))
+        await self.ended.wait()
+        await self._finish()
+
+    def end(self, reason: str) -> None:
+        if not self.ended.is_set():
+            self.end_reason = reason
+            self.ended.set()
+
+    async def _receive(self) -> None:
+        try:
+            while not self.ended.is_set():
+                data = await asyncio.wait_for(self.reader.read(65536),
+                                              self.config.peer_timeout_s)
+                if not data:
+                    self.end("peer_closed")
+                    return
+                for frame in self.parser.feed(data):
+                    if not self._handle(frame):
+                        return
+                if self.parser.error is not None:
+                    self.end(f"protocol_error:{self.parser.error.code}")
+                    return
+        except TimeoutError:
+            self.end("peer_silent")
+        except ConnectionError:
+            self.end("peer_gone")
+
+    def _handle(self, frame: Any) -> bool:
+        if isinstance(frame, Audio):
+            pcm = np.frombuffer(frame.pcm, dtype=np.int16)
+            self.listening.feed(s16_to_f32(pcm, np.empty(pcm.shape, dtype=np.float32)))
+        elif isinstance(frame, Dtmf):
+            at_ms = int((time.monotonic() - self.started_s) * 1000)
+            self.bus.publish(DtmfPressed(frame.digit, at_ms, stream=self.id))
+            log.info("dtmf", call_id=self.id, digit=frame.digit)
+        elif isinstance(frame, Hangup):
+            self.end("hangup")
+            return False
+        elif isinstance(frame, Error):
+            self.end(f"asterisk_error:{frame.code}")
+            return False
+        elif isinstance(frame, CallId):
+            self.end("protocol_error:second_uuid")
+            return False
+        return True
+
+    async def _watch_voice(self) -> None:
+        pending: asyncio.Task[None] | None = None
+        async for ev in self.listening.events():
+            if isinstance(ev, VoiceStarted) and self.config.barge_in and self.speaking:
+                if self.config.barge_in_min_ms <= 0:
+                    self._barge_in(ev)
+                else:
+                    pending = asyncio.create_task(self._barge_in_later(ev))
+            elif isinstance(ev, VoiceStopped) and pending is not None:
+                pending.cancel()
+                pending = None
+
+    async def _barge_in_later(self, ev: VoiceStarted) -> None:
+        await asyncio.sleep(self.config.barge_in_min_ms / 1000)
+        if self.speaking:
+            self._barge_in(ev)
+
+    def _barge_in(self, ev: VoiceStarted) -> None:
+        self.stop_speaking()
+        self.barge_ins += 1
+        log.info("barge_in", call_id=self.id, speech_start_ms=ev.start_ms)
+
+    async def _finish(self) -> None:
+        self.stop_speaking()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        with contextlib.suppress(Exception):
+            await self.listening.close()
+        if self.end_reason not in ("hangup", "peer_closed", "peer_gone"):
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                self.writer.write(Hangup().encode())
+        self.writer.close()
+        self._playout.close()
+        self._playout.unlink()
+        level = "info" if self.end_reason in ("hangup", "peer_closed") else "warning"
+        getattr(log, level)("call_ended", call_id=self.id, reason=self.end_reason,
+                            duration_s=round(time.monotonic() - self.started_s, 3),
+                            frames_sent=self.frames_sent, barge_ins=self.barge_ins)

@@ -1,0 +1,165 @@
+"""AudioSocket server: accepts calls, keeps the registry, runs the shared 20 ms clock.
+
+One clock for all calls (not a timer per call): each tick sends at most one frame per
+call, scheduled on absolute deadlines so it does not drift.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+import structlog
+
+from ..config.schema import AudioSocketConfig
+from ..events import EventBus
+from ..metrics import Metrics
+from ..speech import Overloaded, Speech
+from ..streams import Refused, Streams
+from .call import FRAME_SAMPLES, RATE_HZ, Call
+from .frames import CallId, Frame, FrameParser, Hangup, Kind
+
+log = structlog.get_logger(__name__)
+
+TICK_S = FRAME_SAMPLES / RATE_HZ
+ACCEPTED_KINDS = frozenset({Kind.HANGUP, Kind.UUID, Kind.DTMF, Kind.SLIN, Kind.ERROR})
+
+
+class UnknownCall(Exception):
+    code = "unknown_call"
+
+
+class AudioSocketServer:
+    def __init__(self, speech: Speech, streams: Streams, bus: EventBus, metrics: Metrics,
+                 config: AudioSocketConfig) -> None:
+        self.speech = speech
+        self.streams = streams
+        self.bus = bus
+        self.metrics = metrics
+        self.config = config
+        self.calls: dict[str, Call] = {}
+        self.bound = ""
+        self.late_ticks = 0
+        self.last_tick_s = time.monotonic()
+        """Progress stamp of the send clock (a health probe)."""
+        self._server: asyncio.base_events.Server | None = None
+        self._clock: asyncio.Task[None] | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    def call(self, call_id: str) -> Call:
+        try:
+            return self.calls[call_id]
+        except KeyError:
+            raise UnknownCall(f"no active call {call_id!r}") from None
+
+    async def start(self) -> None:
+        host, _, port = self.config.listen.rpartition(":")
+        self._server = await asyncio.start_server(self._accept, host.strip("[]"), int(port))
+        self.bound = f"{host}:{self._server.sockets[0].getsockname()[1]}"
+        self._clock = asyncio.create_task(self._run_clock(), name="audiosocket-clock")
+        log.info("audiosocket_listening", listen=self.bound)
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for call in list(self.calls.values()):
+            call.end("shutdown")
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        if self._clock:
+            self._clock.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._clock
+        await self._server.wait_closed()
+
+    async def _run_clock(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_t = loop.time()
+        while True:
+            next_t += TICK_S
+            delay = next_t - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            elif delay < -TICK_S:  # the loop stalled: resync rather than burst
+                self.late_ticks += 1
+                next_t = loop.time()
+            self.last_tick_s = time.monotonic()
+            for call in tuple(self.calls.values()):
+                try:
+                    call.tick()
+                except Exception as exc:  # one broken call must not stop the others' clock
+                    log.exception("call_tick_failed", call_id=call.id, error=str(exc))
+                    call.end("internal_error")
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            await self._serve(reader, writer)
+        finally:
+            self._handlers.discard(task)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        parser = FrameParser(max_payload_bytes=4096, accepted_kinds=ACCEPTED_KINDS)
+        call_id, early = await self._first_frame(reader, parser, peer)
+        if call_id is None:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                writer.write(Hangup().encode())
+            writer.close()
+            return
+        try:
+            self.streams.open("call", call_id)
+        except Refused as exc:
+            self.metrics.refused.labels(exc.code).inc()
+            log.warning("call_refused", call_id=call_id, code=exc.code, reason=str(exc))
+            writer.write(Hangup().encode())
+            writer.close()
+            return
+        try:
+            try:
+                listening = await self.speech.listen(RATE_HZ, call_id)
+            except Overloaded as exc:
+                self.metrics.refused.labels("overloaded").inc()
+                log.warning("call_refused", call_id=call_id, code="overloaded", reason=str(exc))
+                writer.write(Hangup().encode())
+                writer.close()
+                return
+            call = Call(call_id, reader, writer, parser, self.speech, listening, self.config,
+                        self.bus, self.metrics)
+            self.calls[call_id] = call
+            try:
+                await call.run(early)
+            finally:
+                self.calls.pop(call_id, None)
+        finally:
+            self.streams.close(call_id)
+
+    async def _first_frame(self, reader: asyncio.StreamReader, parser: FrameParser,
+                           peer: object) -> tuple[str | None, list[Frame]]:
+        """The call's UUID and any frames read with it; None (logged) if the peer does not
+        start with a UUID frame."""
+        try:
+            async with asyncio.timeout(self.config.first_frame_timeout_s):
+                while True:
+                    data = await reader.read(4096)
+                    if not data:
+                        log.info("audiosocket_no_call", peer=str(peer), reason="closed")
+                        return None, []
+                    frames = parser.feed(data)
+                    if frames:
+                        break
+                    if parser.error is not None:
+                        break
+        except TimeoutError:
+            log.warning("audiosocket_no_call", peer=str(peer), reason="no_uuid_frame")
+            return None, []
+        except ConnectionError:
+            return None, []
+        if not frames or not isinstance(frames[0], CallId):
+            reason = parser.error.code if parser.error else f"first frame {frames[0]!r}"
+            log.warning("audiosocket_no_call", peer=str(peer), reason=reason)
+            return None, []
+        return str(frames[0].id), frames[1:]
