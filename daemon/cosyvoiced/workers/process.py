@@ -19,6 +19,8 @@ from typing import Any
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
               "NUMEXPR_NUM_THREADS")
+"""OMP/MKL get the ONNX thread count; numpy's own BLAS pool stays at one thread (its
+threads would only compete with ONNX Runtime's for the worker's cores)."""
 PR_SET_PDEATHSIG = 1
 
 
@@ -45,7 +47,8 @@ class WorkerSetup:
 
 
 def thread_env(threads: int) -> dict[str, str]:
-    return {name: str(threads) for name in THREAD_ENV}
+    return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+            "OPENBLAS_NUM_THREADS": "1", "NUMEXPR_NUM_THREADS": "1"}
 
 
 def pin_all_threads(cpus: Iterable[int]) -> None:
