@@ -162,3 +162,43 @@ def test_overloaded_call_is_hung_up():
         await server.stop()
         await peer.close()
     asyncio.run(main())
+
+
+def test_calls_api_say_and_stop():
+    from aiohttp import ClientSession
+    from aiohttp.test_utils import TestServer
+
+    from cosyvoiced.http.app import make_app
+    from tests.test_http_api import FakeDaemon
+
+    async def main():
+        server = await _server()
+        daemon = FakeDaemon(audiosocket=server)
+        http_server = TestServer(make_app(daemon))
+        await http_server.start_server()
+        peer = Peer("127.0.0.1", _port(server))
+        await peer.connect()
+        await asyncio.sleep(0.1)
+        cid = str(peer.call.call_id)
+        async with ClientSession(base_url=str(http_server.make_url(""))) as http:
+            async with http.get("/v1/calls") as r:
+                assert [c["id"] for c in (await r.json())["calls"]] == [cid]
+            async with http.post(f"/v1/calls/{cid}/say",
+                                 json={"text": " ".join(["w"] * 50)}) as r:
+                assert r.status == 202, await r.text()
+            await asyncio.sleep(0.3)
+            async with http.post(f"/v1/calls/{cid}/stop") as r:
+                assert (await r.json())["was_speaking"] is True
+            got = len(peer.call.received)
+            await asyncio.sleep(0.2)
+            assert len(peer.call.received) <= got + 1  # at most the frame already in flight
+            async with http.post("/v1/calls/nope/say", json={"text": "x"}) as r:
+                assert r.status == 404 and (await r.json())["error"]["code"] == "unknown_call"
+            async with http.post(f"/v1/calls/{cid}/say", json={"text": ""}) as r:
+                assert r.status == 400 and (await r.json())["error"]["code"] == "empty_text"
+        await peer.hangup()
+        await http_server.close()
+        await server.stop()
+        return got
+
+    assert asyncio.run(main()) >= 5

@@ -29,6 +29,7 @@ class FakeDaemon:
     streams: Streams = field(default_factory=lambda: Streams(100))
     metrics: Metrics = field(default_factory=Metrics)
     bus: EventBus = field(default_factory=EventBus)
+    audiosocket: object = None
     ready: bool = True
     debug: bool = False
 

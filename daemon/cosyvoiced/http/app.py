@@ -9,10 +9,12 @@ from typing import Any, Protocol
 import structlog
 from aiohttp import web
 
+from ..audiosocket.server import AudioSocketServer
 from ..events import EventBus
 from ..metrics import CONTENT_TYPE, Metrics
 from ..speech import Speech
 from ..streams import Refused, Streams
+from .calls import CallRoutes
 from .errors import ApiError
 from .listen import MAX_UPLOAD_BYTES, ListenRoutes
 from .tts import TtsRoutes
@@ -29,6 +31,7 @@ class DaemonView(Protocol):
     metrics: Metrics
     bus: EventBus
     speech: Speech | None
+    audiosocket: AudioSocketServer | None
 
     def status(self) -> dict[str, Any]: ...
 
@@ -62,6 +65,8 @@ def make_app(daemon: DaemonView) -> web.Application:
     if daemon.speech is not None:
         TtsRoutes(daemon.speech, daemon.streams, daemon.metrics).add_to(app)
         ListenRoutes(daemon.speech, daemon.streams, daemon.bus).add_to(app)
+    if daemon.audiosocket is not None:
+        CallRoutes(daemon.audiosocket).add_to(app)
 
     @routes.get("/healthz")
     async def healthz(_request: web.Request) -> web.Response:
