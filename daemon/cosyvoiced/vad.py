@@ -222,7 +222,7 @@ class Endpointer:
         else:
             r.below_ms = 0
             r.last_speech_end_ms = t1
-        if t1 - r.start_ms >= cfg.max_utterance_s * 1000:
+        if t1 + w - r.start_ms > cfg.max_utterance_s * 1000:  # one more window would pass it
             # Cut; if speech goes on, the next utterance starts (after start_ms) where
             # this one ended, and the preroll covers the start_ms of detection delay.
             return self._stop(r.last_speech_end_ms if r.below_ms else t1, "max_length")
