@@ -27,6 +27,7 @@ from .metrics import Metrics
 from .notify import Notifier, Watchdog, watchdog_interval_s
 from .speech import Speech
 from .streams import Streams
+from .workers.pool import WorkerPool
 
 log = structlog.get_logger(__name__)
 
@@ -46,6 +47,7 @@ class Daemon:
         self.metrics = Metrics()
         self.bus = EventBus()
         self.speech: Speech | None = None
+        self.pool: WorkerPool | None = None
         self.state = "starting"
         self.ready = False
         self.started_s = time.monotonic()
@@ -78,6 +80,7 @@ class Daemon:
                           "age_s": round(time.monotonic() - s.started_s, 3)}
                          for s in self.streams.snapshot()],
             },
+            "workers": self.pool.status() if self.pool else None,
             "health": {"stalled": list(self.health.check().stalled),
                        "parts": self.health.names()},
         }
@@ -87,8 +90,9 @@ class Daemon:
         return verdict.healthy, list(verdict.stalled)
 
     def status_line(self) -> str:
+        workers = f"{self.pool.status_line()}; " if self.pool else ""
         return (f"{self.state}; streams {len(self.streams)}/{self.streams.max_streams}; "
-                f"v{__version__}")
+                f"{workers}v{__version__}")
 
     # --- lifecycle -----------------------------------------------------------------
 
@@ -130,6 +134,10 @@ class Daemon:
             Path(d).mkdir(parents=True, exist_ok=True)
 
     async def _start_parts(self) -> None:
+        # Workers load and warm up (one synthesis, one VAD run each) before READY=1.
+        self.pool = WorkerPool.from_config(self.config, health=self.health,
+                                           publish=self.bus.publish)
+        await self.pool.start()
         self._http = HttpServer(self, self.config)
         await self._http.start()
 
@@ -137,6 +145,9 @@ class Daemon:
         if self._http:
             await self._http.stop()
             self._http = None
+        if self.pool:
+            await self.pool.stop()
+            self.pool = None
 
     async def _serve(self) -> None:
         assert self._stop is not None
@@ -217,6 +228,8 @@ class Daemon:
         self.streams.max_streams = new.workers.max_streams
         # Only live keys take effect; the rest keep their running values until restart.
         self.config = _merge_live(self.config, new)
+        if self.pool:
+            self.pool.reconfigure(self.config.workers)
         log.info("reloaded", applied=live, needs_restart=restart)
         if restart:
             log.warning("restart_needed", keys=restart)

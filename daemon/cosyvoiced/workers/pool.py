@@ -18,6 +18,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import structlog
@@ -66,6 +67,28 @@ class WorkerPool(Supervision):
         self._start_error: str | None = None
         self._thread = threading.Thread(target=self._supervise, name="worker-supervisor",
                                         daemon=True)
+
+    @classmethod
+    def from_config(cls, config: Any, *, health: Health | None = None,
+                    publish: Callable[[Any], None] | None = None) -> WorkerPool:
+        """The pool for a whole daemon `Config` (workers, tts, vad, service, log)."""
+        w, svc = config.workers, config.service
+        setup = WorkerSetup(
+            tts=config.tts, vad=config.vad, cache_dir=svc.cache_dir, state_dir=svc.state_dir,
+            onnx_threads=w.onnx_threads, policy=w.policy, lookahead_s=w.lookahead_s,
+            vad_capacity=w.vad_slots, vad_tick_ms=w.vad_tick_ms, log_level=config.log.level,
+            log_sink=config.log.sink, journal_socket=config.log.journal_socket)
+        return cls(w, setup, health=health, publish=publish)
+
+    def reconfigure(self, workers: Any) -> None:
+        """Apply the live `[workers]` keys after a reload (count and CPUs need a restart)."""
+        self.config = workers
+        self.admission.busy_max = workers.admit_busy_max
+        self.admission.max_streams = workers.max_streams
+        if (workers.policy, workers.lookahead_s) != (self.setup.policy, self.setup.lookahead_s):
+            self.setup = replace(self.setup, policy=workers.policy,
+                                 lookahead_s=workers.lookahead_s)
+            self.set_policy(workers.policy, workers.lookahead_s)
 
     # --- lifecycle ----------------------------------------------------------------
 
