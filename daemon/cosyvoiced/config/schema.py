@@ -100,7 +100,7 @@ class TtsConfig:
     """Clauses shorter than this are merged with the next (one ONNX run each)."""
     max_clause_chars: int = opt(160, min=20, max=10_000, live=True)
     """Clauses longer than this are cut at a word boundary."""
-    first_clause_max_chars: int = opt(48, min=10, max=10_000, live=True)
+    first_clause_max_chars: int = opt(40, min=10, max=10_000, live=True)
     """The first clause of a request is cut at this length so first audio leaves early."""
     fade_ms: float = opt(4.0, min=0.0, max=50.0, live=True)
     """Raised-cosine fade at both edges of each clause's audio (no clicks at joins)."""
@@ -159,13 +159,24 @@ class AudioDeviceConfig:
     periods: int = opt(4, min=2, max=64)
     """Requested periods per buffer."""
     access: Literal["mmap", "rw"] = opt("rw")
-    """mmap: ctypes libasound binding; rw: pyalsaaudio read/write."""
+    """mmap: ctypes libasound binding (no allocation per period); rw: pyalsaaudio read/write."""
+    format: Literal["auto", "S16_LE", "FLOAT_LE"] = opt("auto")
+    """Device sample format; auto: the ring's (FLOAT_LE for float32 rings), else converted."""
+    ring_ms: int = opt(1000, min=20, max=60_000)
+    """Capacity of the device's ring (rounded up to a power of two frames)."""
+    rt_priority: int = opt(20, min=0, max=99)
+    """SCHED_FIFO priority asked for the device's thread only; 0: do not ask."""
+    reopen_backoff_max_s: float = opt(5.0, min=0.05, max=300.0)
+    """Longest wait between attempts to reopen a device that vanished mid-stream."""
 
 
 @dataclass(frozen=True, kw_only=True)
 class AudioConfig:
     devices: tuple[AudioDeviceConfig, ...] = opt(())
     """[[audio.devices]] tables: local capture/playback devices."""
+    # To reach one PulseAudio sink or source through ALSA, name it in the PCM:
+    # pcm = "pulse:SINK" for playback, pcm = "pulse:SINK.monitor" (or any source) for
+    # capture (Debian's 50-pulseaudio.conf gives `pulse` a DEVICE argument).
 
 
 @dataclass(frozen=True, kw_only=True)

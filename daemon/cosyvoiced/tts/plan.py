@@ -36,7 +36,7 @@ class Clause:
 class PlanLimits:
     min_clause_chars: int = 12
     max_clause_chars: int = 160
-    first_clause_max_chars: int = 48
+    first_clause_max_chars: int = 40
     clause_silence_ms: int = 120
     sentence_silence_ms: int = 300
 
