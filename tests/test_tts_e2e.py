@@ -177,6 +177,9 @@ def test_voices_dir_and_kept_int8_variant(tmp_path, cache_dir):
     shutil.copy(src.config_path, voices / "agent.onnx.json")
     (voices / "lonely.onnx").write_bytes(b"")  # no .json: not a voice
     assert sorted(discover([str(voices)])) == ["agent", BUNDLED_VOICE]
+    metas = TtsEngine(TtsConfig(voices_dirs=(str(voices),))).voices()
+    assert [(m.name, m.language, m.sample_rate_hz, m.quality) for m in metas] == [
+        ("agent", "en_US", 22050, "medium"), (BUNDLED_VOICE, "en_US", 22050, "medium")]
     state = tmp_path / "state"
     files = discover([str(voices)])["agent"]
     assert kept_int8(files, state) is None

@@ -22,7 +22,7 @@ from cosyvoiced.resample import StreamResampler
 from cosyvoiced.tts.phonemize import raw_phonemes, text_to_ids, to_ids
 from cosyvoiced.tts.plan import Clause, PlanLimits, plan
 from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text
-from cosyvoiced.tts.voices import Voice, discover, find_voice, load_voice
+from cosyvoiced.tts.voices import Voice, VoiceMeta, describe, discover, find_voice, load_voice
 
 log = structlog.get_logger(__name__)
 
@@ -65,6 +65,14 @@ class TtsEngine:
 
     def voice_names(self) -> list[str]:
         return sorted(discover(self.config.voices_dirs))
+
+    def voices(self) -> list[VoiceMeta]:
+        """Every available voice, described from its JSON (no model loaded)."""
+        return [describe(f) for _, f in sorted(discover(self.config.voices_dirs).items())]
+
+    def preload(self) -> Voice:
+        """Load and warm up the default voice (call before reporting READY)."""
+        return self.voice()
 
     def voice(self, name: str | None = None, precision: str | None = None) -> Voice:
         """The loaded voice `name` at `precision` (defaults from config), loading it once."""

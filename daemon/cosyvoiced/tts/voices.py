@@ -86,6 +86,25 @@ def find_voice(name: str, voices_dirs: tuple[str, ...] | list[str] = ()) -> Voic
     return voices[name]
 
 
+@dataclass(frozen=True)
+class VoiceMeta:
+    """What a client may know of a voice without loading its model."""
+
+    name: str
+    language: str
+    sample_rate_hz: int
+    speakers: tuple[str, ...]
+    quality: str
+
+
+def describe(files: VoiceFiles) -> VoiceMeta:
+    raw = json.loads(files.config_path.read_text(encoding="utf-8"))
+    speakers = tuple(sorted(raw.get("speaker_id_map", {}), key=raw["speaker_id_map"].get))
+    return VoiceMeta(files.name, str(raw.get("language", {}).get("code", raw["espeak"]["voice"])),
+                     int(raw["audio"]["sample_rate"]), speakers,
+                     str(raw["audio"].get("quality", "")))
+
+
 def variant_dir(state_dir: str | Path, name: str) -> Path:
     return Path(state_dir) / "voices" / validate_name(name)
 
