@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from . import __version__
+from .audiosocket.server import AudioSocketServer
 from .config import Config, ConfigError, changed_keys, load_config
 from .events import EventBus
 from .health import Health, Heartbeat
@@ -47,6 +48,7 @@ class Daemon:
         self.metrics = Metrics()
         self.bus = EventBus()
         self.speech: Speech | None = None
+        self.audiosocket: AudioSocketServer | None = None
         self.pool: WorkerPool | None = None
         self.state = "starting"
         self.ready = False
