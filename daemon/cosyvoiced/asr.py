@@ -14,6 +14,8 @@ faster-whisper pads) to the encoder length. Whisper's encoder was trained on 30 
 accuracy drops (measured on the Asterisk prompts: padded to 1000 frames the WER about
 doubles, to 2000 frames it is unchanged), so the encoder length is
 `max(min_encoder_frames, T + 1 s)` capped at 3000, and `min_encoder_frames` is config.
+A decode that loops (zlib compression ratio > 2.4, Whisper's own test) on a shortened
+window is decoded again on the full 3000 frames.
 Several utterances (from any streams) are decoded in one `generate` call.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +43,14 @@ ENCODER_FRAMES = 3000
 """Whisper's full encoder window (30 s of 10 ms frames)."""
 _TAIL_FRAMES = 100
 _MAX_TOKENS = 448
+_MAX_RATIO = 2.4
+"""Whisper's compression-ratio threshold for a degenerate (repeating) decode."""
+
+
+def compression_ratio(text: str) -> float:
+    """len(text) / len(zlib(text)), as Whisper uses to spot repetition loops."""
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
 class AsrError(Exception):
@@ -102,6 +113,7 @@ class WhisperAsr:
         self.eot = self._token("<|endoftext|>")
         self._buf = np.zeros(cfg.max_batch * self.n_mels * ENCODER_FRAMES, dtype=np.float32)
         self.decoded = 0
+        self.retries = 0
 
     def _token(self, text: str) -> int:
         tid = self._tok.token_to_id(text)
@@ -128,7 +140,7 @@ class WhisperAsr:
             out += self._batch(utterances[i: i + step])
         return out
 
-    def _batch(self, utts: Sequence[Utterance]) -> list[Transcript]:
+    def _batch(self, utts: Sequence[Utterance], full: bool = False) -> list[Transcript]:
         t0 = time.monotonic()
         n = len(utts)
         if n == 0:
@@ -139,7 +151,7 @@ class WhisperAsr:
                 raise AsrError(f"frames must be [T, {self.n_mels}], got {u.frames.shape}",
                                code="asr_input")
             lengths.append(min(u.frames.shape[0], ENCODER_FRAMES))
-        width = max(self.encoder_frames(t) for t in lengths)
+        width = ENCODER_FRAMES if full else max(self.encoder_frames(t) for t in lengths)
         x = self._buf[: n * self.n_mels * width].reshape(n, self.n_mels, width)
         x.fill(0.0)
         for b, (u, t) in enumerate(zip(utts, lengths, strict=True)):
@@ -158,13 +170,21 @@ class WhisperAsr:
         total_s = max(sum(lengths) / 100.0, 1e-3)
         rtf = (done - t0) / total_s
         out = []
-        for u, r in zip(utts, results, strict=True):
+        retry = []
+        for i, (u, r) in enumerate(zip(utts, results, strict=True)):
             ids = [t for t in r.sequences_ids[0] if t < self.eot]
             text = self._tok.decode(ids).strip()
+            if not full and width < ENCODER_FRAMES and compression_ratio(text) > _MAX_RATIO:
+                retry.append(i)
             out.append(Transcript(text=text, start_ms=u.start_ms, end_ms=u.end_ms,
                                   latency_ms=round((done - u.speech_end_s) * 1000.0, 1),
                                   rtf=round(rtf, 4), stream=u.stream))
         self.decoded += n
+        if retry:  # repetition loop on a short window: decode again on Whisper's full 30 s
+            self.retries += len(retry)
+            again = self._batch([utts[i] for i in retry], full=True)
+            for i, t in zip(retry, again, strict=True):
+                out[i] = t
         return out
 
     def transcribe_audio(self, samples_16k: np.ndarray, stream: str = "") -> Transcript:
