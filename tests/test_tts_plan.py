@@ -9,7 +9,7 @@ from cosyvoiced.normalize.segments import Pause, Phonemes, Speech
 from cosyvoiced.tts import errors
 from cosyvoiced.tts.plan import Clause, PlanLimits, cut_long, plan
 from cosyvoiced.tts.request import SynthesisOptions, check_text
-from cosyvoiced.tts.synth import encode, fade_edges
+from cosyvoiced.tts.synth import encode, fade_edges, trim_trailing_silence
 from cosyvoiced.tts.voices import validate_name
 
 LIMITS = PlanLimits(min_clause_chars=12, max_clause_chars=60, first_clause_max_chars=30,
@@ -40,6 +40,16 @@ def test_first_clause_is_cut_short_then_normal_limit():
     assert len(clauses[0].text) <= 30
     assert all(len(c.text) <= 60 for c in clauses)
     assert " ".join(texts(clauses)) == sentence
+    # Cuts carry no pause and are marked (their trailing silence gets trimmed).
+    assert [c.cut for c in clauses] == [True] * (len(clauses) - 1) + [False]
+    assert all(c.pause_after_ms == 0 for c in clauses)
+
+
+def test_trailing_silence_trim_keeps_a_short_tail():
+    audio = np.zeros(1000, dtype=np.float32)
+    audio[100:400] = 0.5
+    assert trim_trailing_silence(audio, keep=50).shape == (450,)
+    assert trim_trailing_silence(np.zeros(10, dtype=np.float32), keep=5).shape == (10,)
 
 
 def test_cut_prefers_before_function_words():

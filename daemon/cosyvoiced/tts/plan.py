@@ -30,6 +30,8 @@ class Clause:
     """Speaking-rate multiplier (divides the length scale)."""
     pause_after_ms: int
     """Silence appended after this clause."""
+    cut: bool = False
+    """Ends mid-phrase (a length cut, no punctuation): no pause, trailing silence trimmed."""
 
 
 @dataclass(frozen=True)
@@ -37,8 +39,8 @@ class PlanLimits:
     min_clause_chars: int = 12
     max_clause_chars: int = 160
     first_clause_max_chars: int = 40
-    clause_silence_ms: int = 120
-    sentence_silence_ms: int = 300
+    clause_silence_ms: int = 0
+    sentence_silence_ms: int = 100
 
 
 def cut_long(text: str, limit: int) -> list[str]:
@@ -91,7 +93,8 @@ def plan(segments: list[Segment], limits: PlanLimits) -> list[Clause]:
     def add_pause(ms: int) -> None:
         if clauses:
             last = clauses[-1]
-            clauses[-1] = Clause(last.text, last.phonemes, last.rate, last.pause_after_ms + ms)
+            clauses[-1] = Clause(last.text, last.phonemes, last.rate, last.pause_after_ms + ms,
+                                 last.cut)
         else:
             clauses.append(Clause("", False, 1.0, ms))
 
@@ -108,20 +111,21 @@ def plan(segments: list[Segment], limits: PlanLimits) -> list[Clause]:
                 if not sentence.strip():
                     continue
                 parts = _merge_short(CLAUSE_RE.split(sentence.strip()), limits.min_clause_chars)
-                pieces: list[str] = []
+                pieces: list[tuple[str, bool]] = []
                 for part in parts:
                     first = not clauses and not pieces
                     limit = limits.first_clause_max_chars if first else limits.max_clause_chars
                     head = cut_long(part, limit)
                     if first and len(head) > 1:  # the rest of it at the normal limit
                         head = head[:1] + cut_long(" ".join(head[1:]), limits.max_clause_chars)
-                    pieces.extend(head)
-                for n, piece in enumerate(pieces):
+                    pieces.extend((h, i < len(head) - 1) for i, h in enumerate(head))
+                for n, (piece, cut) in enumerate(pieces):
                     end = n == len(pieces) - 1
-                    pause = limits.sentence_silence_ms if end else limits.clause_silence_ms
-                    clauses.append(Clause(piece, False, seg.rate, pause))
+                    pause = (limits.sentence_silence_ms if end else
+                             0 if cut else limits.clause_silence_ms)
+                    clauses.append(Clause(piece, False, seg.rate, pause, cut))
     if clauses:
         last = clauses[-1]
         if last.text:
-            clauses[-1] = Clause(last.text, last.phonemes, last.rate, explicit_tail_ms)
+            clauses[-1] = Clause(last.text, last.phonemes, last.rate, explicit_tail_ms, last.cut)
     return clauses

@@ -27,6 +27,8 @@ from cosyvoiced.tts.voices import Voice, VoiceMeta, describe, discover, find_voi
 log = structlog.get_logger(__name__)
 
 WARMUP_TEXT = "Thank you for calling, how can I help you today?"
+CUT_TAIL_MS = 40
+"""Silence kept after a clause that was cut mid-phrase for length."""
 TARGET_PEAK = 0.8
 """Warm-up sets a fixed voice gain so this is the warm-up sentence's peak (no per-clause
 peak normalization: it would make clauses of one sentence differ in loudness)."""
@@ -40,6 +42,14 @@ def fade_edges(audio: np.ndarray, fade_samples: int) -> None:
     ramp = (0.5 - 0.5 * np.cos(np.linspace(0.0, np.pi, n, dtype=np.float32))).astype(np.float32)
     audio[:n] *= ramp
     audio[-n:] *= ramp[::-1]
+
+
+def trim_trailing_silence(audio: np.ndarray, keep: int, threshold: float = 0.01) -> np.ndarray:
+    """Drop near-silence at the end, keeping `keep` samples after the last louder one."""
+    loud = np.flatnonzero(np.abs(audio) > threshold)
+    if loud.size == 0:
+        return audio
+    return audio[:min(audio.shape[0], int(loud[-1]) + 1 + keep)]
 
 
 def encode(audio: np.ndarray, fmt: str) -> bytes:
@@ -159,6 +169,8 @@ class TtsEngine:
                 ids = (to_ids(raw_phonemes(clause.text), cfg.phoneme_id_map) if clause.phonemes
                        else text_to_ids(clause.text, cfg))
                 speech = self._run(voice, ids, length / clause.rate, noise, noise_w, sid)
+                if clause.cut:  # mid-phrase: no end-of-utterance pause where none is written
+                    speech = trim_trailing_silence(speech, keep=CUT_TAIL_MS * in_rate // 1000)
                 np.multiply(speech, gain, out=speech)
                 np.clip(speech, -1.0, 1.0, out=speech)
                 fade_edges(speech, fade)
