@@ -89,6 +89,13 @@ GOLDEN = {
         ("60 mph", "sixty miles per hour"),
         ("put 5 in the box", "put five in the box"),
     ],
+    "years": [
+        ("in 2024", "in twenty twenty four"),
+        ("since 1998", "since nineteen ninety eight"),
+        ("in the early 1990s", "in the early nineteen nineties"),
+        ("from 2005 until 2010", "from two thousand five until twenty ten"),
+        ("room 2024", "room two thousand twenty four"),
+    ],
     "numbers": [
         ("42", "forty two"),
         ("1,250", "one thousand two hundred fifty"),

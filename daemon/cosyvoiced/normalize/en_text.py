@@ -19,6 +19,7 @@ from cosyvoiced.normalize.en_numbers import (
     number,
     ordinals,
     plain_numbers,
+    year,
 )
 
 PHONETIC = {
@@ -122,12 +123,12 @@ UNITS = {
     "KB": ("kilobyte", "kilobytes"), "MB": ("megabyte", "megabytes"),
     "GB": ("gigabyte", "gigabytes"), "TB": ("terabyte", "terabytes"),
     "Mbps": ("megabit per second", "megabits per second"),
-    "ms": ("millisecond", "milliseconds"), "sec": ("second", "seconds"), "s": ("second", "seconds"),
+    "ms": ("millisecond", "milliseconds"), "sec": ("second", "seconds"),
     "min": ("minute", "minutes"), "mins": ("minute", "minutes"), "hr": ("hour", "hours"),
     "hrs": ("hour", "hours"), "kWh": ("kilowatt hour", "kilowatt hours"),
     "°F": ("degree Fahrenheit", "degrees Fahrenheit"), "°C": ("degree Celsius", "degrees Celsius"),
 }
-AMBIGUOUS_UNITS = ("in", "m", "s", "g", "l", "min", "sec")
+AMBIGUOUS_UNITS = ("in", "m", "g", "l", "min", "sec")
 """Read as units only when no lowercase word follows ("5 in the box", "2 g of")."""
 UNIT_RE = re.compile(
     r"(?<![\w.])(-?\d{1,3}(?:,\d{3})+(?:\.\d+)?|-?\d+(?:\.\d+)?)\s?("
@@ -158,6 +159,18 @@ def symbols(text: str) -> str:
     return re.sub(r"[ \t]{2,}", " ", text)
 
 
+YEAR_RE = re.compile(
+    r"\b((?:in|since|of|by|from|until|before|after|during|year|early|late|mid)\s+)"
+    r"(1[89]\d\d|20\d\d)(s?)(?![\w,.]\d)", re.IGNORECASE)
+
+
+def _year(m: re.Match[str]) -> str:
+    words = year(int(m.group(2)))
+    if m.group(3):  # "the 1990s": "nineteen nineties"
+        words = words[:-1] + "ies" if words.endswith("y") else words + "s"
+    return m.group(1) + words
+
+
 def ranges(text: str) -> str:
     """"9-5" between plain numbers reads "9 to 5" (phone and dates are handled before)."""
     return re.sub(r"(?<![\w-])(\d+)\s?[-–]\s?(\d+)(?![\w-])", r"\1 to \2", text)
@@ -172,6 +185,7 @@ def normalize_en(text: str) -> str:
     text = CODE_RE.sub(_code, text)
     text = ID_RE.sub(_id, text)
     text = money_and_percent(text)
+    text = YEAR_RE.sub(_year, text)
     text = units(text)
     text = ordinals(text)
     text = abbreviations(text)
