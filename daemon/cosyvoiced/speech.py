@@ -1,35 +1,42 @@
-"""What the servers (HTTP, AudioSocket, Wyoming) may ask of the inference side.
+"""What the servers (HTTP, AudioSocket, Wyoming) may ask of the inference side, and
+`PoolSpeech`, which answers it with the worker pool.
 
-The servers speak only to this interface; the worker pool implements it. Errors are
-typed: `TtsError` subclasses for bad requests, `Overloaded` when the request cannot be
-served in real time (raised before any audio, so a server can still answer 503).
+Errors are typed: `TtsError` subclasses for bad requests (checked here, before any
+audio, so a server can still answer 400), `Unavailable` (the workers' error base:
+`Overloaded`, a lost worker, a stopped pool) when it cannot be served now.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
+import structlog
 
-from .events import Transcript, VoiceStarted, VoiceStopped
-from .tts.request import AudioChunk, SynthesisOptions
+from .config.schema import Config
+from .events import EventBus, Transcript, VoiceStarted, VoiceStopped
+from .normalize.ssml import parse_ssml
+from .tts.request import AudioChunk, SynthesisOptions, check_text
+from .tts.synth import encode
+from .tts.voices import VoiceMeta, describe, discover, find_voice
+from .workers import messages as m
+from .workers.errors import Overloaded, WorkerError
+from .workers.handles import ListenHandle, TtsHandle
+from .workers.pool import WorkerPool
 
+log = structlog.get_logger(__name__)
 
-class Overloaded(Exception):
-    """The measured load says this request cannot be served in real time."""
+Unavailable = WorkerError
+__all__ = ["Listening", "Overloaded", "PoolSpeech", "Speech", "Synthesis", "Unavailable",
+           "VoiceMeta"]
 
-    code = "overloaded"
-
-
-@dataclass(frozen=True)
-class VoiceInfo:
-    name: str
-    language: str
-    sample_rate_hz: int
-    speakers: tuple[str, ...] = ()
-    quality: str = ""
+ListenEvent = VoiceStarted | VoiceStopped | Transcript
+POLL_S = 0.01
+"""How often a consumer looks at its ring while audio is still coming."""
+CLOSE_TIMEOUT_S = 30.0
 
 
 class Synthesis(Protocol):
@@ -40,9 +47,6 @@ class Synthesis(Protocol):
     def __aiter__(self) -> AsyncIterator[AudioChunk]: ...
 
     def cancel(self) -> None: ...
-
-
-ListenEvent = VoiceStarted | VoiceStopped | Transcript
 
 
 class Listening(Protocol):
@@ -60,7 +64,7 @@ class Listening(Protocol):
 
 
 class Speech(Protocol):
-    def voices(self) -> list[VoiceInfo]: ...
+    def voices(self) -> list[VoiceMeta]: ...
 
     def asr_model(self) -> str | None:
         """Name of the ASR model, or None when ASR is off."""
@@ -71,3 +75,143 @@ class Speech(Protocol):
 
     async def listen(self, rate_hz: int, stream_id: str) -> Listening:
         """Admit a listening stream at `rate_hz` (8000 or 16000)."""
+
+
+# --- the worker pool behind the interface -----------------------------------------
+
+
+class PoolSynthesis:
+    """Reads one request's audio from its stream's playback ring as the worker writes it."""
+
+    def __init__(self, handle: TtsHandle, request_id: int, fmt: str) -> None:
+        self.handle = handle
+        self.request_id = request_id
+        self.rate_hz = handle.rate_hz
+        self.format = fmt
+        self._cancelled = False
+        self._buf = np.empty(handle.ring.capacity_frames, dtype=np.float32)
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        with contextlib.suppress(WorkerError):
+            asyncio.get_running_loop().create_task(self.handle.cancel())
+
+    async def __aiter__(self) -> AsyncIterator[AudioChunk]:
+        handle, ring = self.handle, self.handle.ring
+        done: m.SayDone | None = None
+        index = 0
+        try:
+            while not self._cancelled:
+                while done is None and not handle.events.empty():
+                    msg = handle.events.get_nowait()
+                    if isinstance(msg, m.StreamError) and msg.request_id in (self.request_id,
+                                                                            -1):
+                        raise WorkerError(msg.message, code=msg.code)
+                    if isinstance(msg, m.SayDone) and msg.request_id == self.request_id:
+                        done = msg
+                n = ring.read_into(self._buf)
+                if n:
+                    audio = self._buf[:n].copy()
+                    last = done is not None and ring.available() == 0
+                    yield AudioChunk(audio, encode(audio, self.format), self.rate_hz,
+                                     self.format, index, "", last)
+                    index += 1
+                    if last:
+                        return
+                elif done is not None:
+                    return
+                else:
+                    await asyncio.sleep(POLL_S)
+        finally:
+            await handle.close()
+
+
+class PoolListening:
+    """Feeds a listen stream's capture ring; relays its events (and publishes them)."""
+
+    def __init__(self, handle: ListenHandle, bus: EventBus) -> None:
+        self.handle = handle
+        self.rate_hz = handle.rate_hz
+        self.bus = bus
+        self.dropped = 0
+        self._events: asyncio.Queue[ListenEvent | None] = asyncio.Queue()
+        self._finals: list[Transcript] = []
+        self._relay = asyncio.create_task(self._run_relay())
+
+    def feed(self, samples: np.ndarray) -> None:
+        if samples.dtype != np.float32:
+            samples = samples.astype(np.float32)
+        if self.handle.ring.write(samples) == 0 and samples.shape[0]:
+            self.dropped += samples.shape[0]
+
+    async def _run_relay(self) -> None:
+        while True:
+            msg = await self.handle.events.get()
+            if isinstance(msg, m.ListenEvent):
+                ev = msg.event
+                self.bus.publish(ev)
+                if isinstance(ev, Transcript):
+                    self._finals.append(ev)
+                self._events.put_nowait(ev)
+            elif isinstance(msg, m.StreamError):
+                log.warning("listen_stream_error", stream_id=self.handle.stream_id,
+                            code=msg.code, error=msg.message)
+
+    async def events(self) -> AsyncIterator[ListenEvent]:
+        while (ev := await self._events.get()) is not None:
+            yield ev
+
+    async def close(self) -> list[Transcript]:
+        """End the stream once the worker has read what is left in the ring; returns the
+        transcripts that arrived meanwhile (a pending utterance is not yet flushed)."""
+        before = len(self._finals)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CLOSE_TIMEOUT_S
+        while self.handle.ring.available() and loop.time() < deadline:
+            await asyncio.sleep(POLL_S)
+        self._relay.cancel()
+        await self.handle.close()
+        return self._finals[before:]
+
+
+class PoolSpeech:
+    def __init__(self, pool: WorkerPool, config: Config, bus: EventBus) -> None:
+        self.pool = pool
+        self.config = config
+        self.bus = bus
+
+    def voices(self) -> list[VoiceMeta]:
+        return [describe(f) for f in discover(self.config.tts.voices_dirs).values()]
+
+    def asr_model(self) -> str | None:
+        return "whisper-tiny.en" if self.config.asr.enabled else None
+
+    async def synthesize(self, text: str | bytes, options: SynthesisOptions,
+                         stream_id: str) -> PoolSynthesis:
+        options.check()
+        text = check_text(text, self.config.tts.max_chars)
+        meta = describe(find_voice(options.voice or self.config.tts.voice,
+                                   self.config.tts.voices_dirs))
+        if options.ssml:
+            parse_ssml(text, meta.language)  # malformed SSML: a 400 before any audio
+        rate = options.rate_hz or self.config.tts.rate_hz or meta.sample_rate_hz
+        fmt = options.format or self.config.tts.format
+        handle = await self.pool.open_tts_stream(rate, stream_id=_unique(stream_id))
+        try:
+            request_id = await handle.say(text, options)
+        except BaseException:
+            await handle.close()
+            raise
+        return PoolSynthesis(handle, request_id, fmt)
+
+    async def listen(self, rate_hz: int, stream_id: str) -> PoolListening:
+        handle = await self.pool.open_listen_stream(rate_hz, stream_id=stream_id)
+        return PoolListening(handle, self.bus)
+
+
+_serial = iter(range(1, 1 << 62))
+
+
+def _unique(stream_id: str) -> str:
+    """Worker stream ids are per request (a call speaks many times)."""
+    return f"{stream_id}/{next(_serial)}"

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import numpy as np
 
 from cosyvoiced.events import Transcript, VoiceStarted, VoiceStopped
-from cosyvoiced.speech import ListenEvent, Overloaded, VoiceInfo
+from cosyvoiced.speech import ListenEvent, Overloaded, VoiceMeta
 from cosyvoiced.tts.errors import UnknownVoice
 from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text
 
@@ -83,8 +83,8 @@ class FakeSpeech:
         self.requests: list[tuple[str, SynthesisOptions]] = []
         self.listens: list[FakeListening] = []
 
-    def voices(self) -> list[VoiceInfo]:
-        return [VoiceInfo("en_US-joe-medium", "en_US", 22050)]
+    def voices(self) -> list[VoiceMeta]:
+        return [VoiceMeta("en_US-joe-medium", "en_US", 22050, (), "medium")]
 
     def asr_model(self) -> str | None:
         return "whisper-tiny.en"

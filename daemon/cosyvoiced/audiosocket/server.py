@@ -15,7 +15,7 @@ import structlog
 from ..config.schema import AudioSocketConfig
 from ..events import EventBus
 from ..metrics import Metrics
-from ..speech import Overloaded, Speech
+from ..speech import Speech, Unavailable
 from ..streams import Refused, Streams
 from .call import FRAME_SAMPLES, RATE_HZ, Call
 from .frames import CallId, Frame, FrameParser, Hangup, Kind
@@ -121,9 +121,9 @@ class AudioSocketServer:
         try:
             try:
                 listening = await self.speech.listen(RATE_HZ, call_id)
-            except Overloaded as exc:
-                self.metrics.refused.labels("overloaded").inc()
-                log.warning("call_refused", call_id=call_id, code="overloaded", reason=str(exc))
+            except Unavailable as exc:
+                self.metrics.refused.labels(exc.code).inc()
+                log.warning("call_refused", call_id=call_id, code=exc.code, reason=str(exc))
                 writer.write(Hangup().encode())
                 writer.close()
                 return

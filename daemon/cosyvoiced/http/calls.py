@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from ..audiosocket.server import AudioSocketServer, UnknownCall
-from ..speech import Overloaded
+from ..speech import Unavailable
 from ..tts.errors import TtsError
 from .errors import ApiError, read_json
 
@@ -43,8 +43,8 @@ class CallRoutes:
         except TtsError as exc:
             raise ApiError(413 if exc.code == "text_too_long" else 400, exc.code,
                            str(exc)) from None
-        except Overloaded as exc:
-            raise ApiError(503, "overloaded", str(exc) or "overloaded") from None
+        except Unavailable as exc:
+            raise ApiError(503, exc.code, str(exc)) from None
         return web.json_response({"call": call.id, "speaking": True}, status=202)
 
     async def stop(self, request: web.Request) -> web.Response:

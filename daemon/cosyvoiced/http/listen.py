@@ -20,7 +20,7 @@ from aiohttp import WSMsgType, web
 from ..codec import s16_to_f32
 from ..events import EventBus, Transcript, VoiceStarted, VoiceStopped
 from ..resample import SUPPORTED_RATES_HZ, StreamResampler
-from ..speech import Listening, Overloaded, Speech, Synthesis
+from ..speech import Listening, Speech, Synthesis, Unavailable
 from ..streams import Refused, Streams
 from ..tts.errors import TtsError
 from ..tts.request import SynthesisOptions
@@ -89,9 +89,9 @@ class ListenRoutes:
             raise ApiError(503, exc.code, str(exc)) from None
         try:
             return await self.speech.listen(rate_hz, info.id), info.id
-        except Overloaded as exc:
+        except Unavailable as exc:
             self.streams.close(info.id)
-            raise ApiError(503, "overloaded", str(exc) or "overloaded") from None
+            raise ApiError(503, exc.code, str(exc)) from None
         except BaseException:
             self.streams.close(info.id)
             raise
@@ -221,7 +221,7 @@ class _WsSession:
             try:
                 synthesis = await self.speech.synthesize(cmd.get("text", ""), options,
                                                          self.stream_id)
-            except (TtsError, Overloaded) as exc:
+            except (TtsError, Unavailable) as exc:
                 await self.ws.send_json(_err(exc.code, str(exc)))
                 return
             task = asyncio.create_task(self._speak(synthesis))

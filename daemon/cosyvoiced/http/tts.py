@@ -17,7 +17,7 @@ import structlog
 from aiohttp import web
 
 from ..metrics import Metrics
-from ..speech import Overloaded, Speech, Synthesis
+from ..speech import Speech, Synthesis, Unavailable
 from ..streams import Refused, Streams
 from ..tts.errors import TtsError
 from ..tts.request import SynthesisOptions
@@ -117,9 +117,9 @@ class TtsRoutes:
             except TtsError as exc:
                 raise ApiError(413 if exc.code == "text_too_long" else 400, exc.code,
                                str(exc)) from None
-            except Overloaded as exc:
-                self.metrics.refused.labels("overloaded").inc()
-                raise ApiError(503, "overloaded", str(exc) or "overloaded") from None
+            except Unavailable as exc:
+                self.metrics.refused.labels(exc.code).inc()
+                raise ApiError(503, exc.code, str(exc)) from None
             async for chunk in _guard(synthesis, info.id):
                 if response is None:
                     ttfa_s = time.monotonic() - t0
@@ -144,8 +144,7 @@ class TtsRoutes:
             raise
         except MidStreamError as exc:
             if response is None:
-                raise ApiError(500 if exc.code != "overloaded" else 503, exc.code,
-                               "synthesis failed; see the daemon log") from None
+                raise ApiError(exc.status, exc.code, str(exc)) from None
             response.force_close()  # no final chunk: the client sees a truncated body
             return response
         finally:
@@ -164,17 +163,20 @@ async def _guard(synthesis: Synthesis, stream_id: str) -> Any:
     try:
         async for chunk in synthesis:
             yield chunk
-    except (TtsError, Overloaded) as exc:
-        log.error("tts_failed_mid_stream", stream_id=stream_id, code=exc.code, error=str(exc))
-        raise MidStreamError(exc.code) from exc
+    except (TtsError, Unavailable) as exc:
+        log.error("tts_failed", stream_id=stream_id, code=exc.code, error=str(exc))
+        status = 400 if isinstance(exc, TtsError) else 503
+        raise MidStreamError(status, exc.code, str(exc)) from exc
 
 
 class MidStreamError(Exception):
-    """Synthesis failed after audio was sent: the response is cut short, not completed."""
+    """Synthesis failed: before any audio it is still an error response; after, the
+    response is cut short (no final chunk), never completed as if all was well."""
 
-    def __init__(self, code: str) -> None:
+    def __init__(self, status: int, code: str, message: str) -> None:
+        self.status = status
         self.code = code
-        super().__init__(code)
+        super().__init__(message)
 
 
 def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], *,

@@ -43,7 +43,7 @@ from ..events import Transcript as TranscriptEvent
 from ..events import VoiceStarted as VoiceStartedEvent
 from ..events import VoiceStopped as VoiceStoppedEvent
 from ..resample import StreamResampler
-from ..speech import Listening, Overloaded, Speech
+from ..speech import Listening, Speech, Unavailable
 from ..streams import Refused, Streams
 from ..tts.errors import TtsError
 from ..tts.request import SynthesisOptions
@@ -91,9 +91,8 @@ class Connection:
                     await self.handle(event)
                 except (ClientError, TtsError, Refused) as exc:
                     await self.write(Error(text=str(exc), code=exc.code).event())
-                except Overloaded as exc:
-                    await self.write(Error(text=str(exc) or "overloaded",
-                                           code="overloaded").event())
+                except Unavailable as exc:
+                    await self.write(Error(text=str(exc), code=exc.code).event())
         except WyomingProtocolError as exc:
             log.warning("wyoming_protocol_error", client=self.name, code=exc.code,
                         error=str(exc))
