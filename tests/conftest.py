@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins: list[str] = ["tests.fixtures.daemon", "tests.fixtures.workers"]
+pytest_plugins: list[str] = ["tests.fixtures.daemon", "tests.fixtures.workers", "tests.fixtures.pulse"]
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -57,8 +57,10 @@ class WorkersConfig:
     """ONNX Runtime intra-op threads per worker (total never above the CPUs given)."""
     max_streams: int = opt(64, min=1, max=100000, live=True)
     """Hard cap on concurrent streams, whatever the measured load says."""
-    lookahead_s: float = opt(1.5, min=0.1, max=60.0, live=True)
-    """Audio each TTS stream may have synthesized ahead of playback."""
+    lookahead_s: float = opt(3.0, min=0.1, max=60.0, live=True)
+    """Audio a TTS stream may have ahead of its listener before its next clause waits.
+    A clause is synthesized whole, so this must cover the clauses other streams may be
+    given first: about (speaking streams x RTF x clause length) per worker."""
     policy: Literal["edf", "fifo"] = opt("edf", live=True)
     """TTS clause order: edf (the stream closest to running dry first) or fifo (naive)."""
     admit_busy_max: float = opt(0.85, min=0.05, max=4.0, live=True)
