@@ -23,7 +23,7 @@ from cosyvoiced.tts.request import SynthesisOptions
 from cosyvoiced.tts.synth import TtsEngine
 from cosyvoiced.vad import Endpointer, SileroBatch, model_path
 from cosyvoiced.workers import messages as m
-from cosyvoiced.workers.process import WorkerSetup, pin_all_threads, thread_count
+from cosyvoiced.workers.process import WorkerSetup, pin_all_threads, renice_all, thread_count
 from cosyvoiced.workers.sched import SayJob, TtsScheduler, TtsStream
 from cosyvoiced.workers.stats import LoadMeter, WorkerStats
 from cosyvoiced.workers.vadtick import VadTicker
@@ -174,6 +174,9 @@ class Worker:
             self._close(msg.stream_id)
         elif isinstance(msg, m.Adopt):
             pin_all_threads(msg.cpus)
+            if not renice_all(0):
+                log.warning("worker_renice_denied", index=msg.index,
+                            note="runs at the spare's low priority; allow LimitNICE")
             self.index, self.cpus = msg.index, msg.cpus
             self._ready(self.meter.rtf, self.stats.get("vad_us"))
             log.info("worker_adopted", index=msg.index, cpus=list(msg.cpus))

@@ -39,6 +39,8 @@ log = structlog.get_logger(__name__)
 DEFAULT_TTS_RATE_HZ = 22050
 """Piper medium voices' own rate, used when neither the caller nor `tts.rate_hz` says."""
 CAPTURE_RING_S = 2.0
+SPARE_DELAY_S = 2.0
+"""The warm spare starts this long after the pool is ready."""
 PLAYBACK_EXTRA_S = 4.0
 """Playback ring room beyond the lookahead (a clause can be a few seconds long)."""
 
@@ -110,8 +112,8 @@ class WorkerPool(Supervision):
         if self.health is not None:
             for slot in self.slots:
                 self.health.register(f"worker{slot.index}", slot.heartbeat_s)
-        if self.config.spare:
-            self._call(self._spawn_spare)
+        if self.config.spare:  # a little later: not competing with the first requests
+            self._call(lambda: self._after(SPARE_DELAY_S, self._spawn_spare))
         log.info("workers_ready", count=len(self.slots), cpus=format_cpu_list(self.all_cpus),
                  onnx_threads=self.config.onnx_threads,
                  tts_rtf=[round(s.proc.ready_msg.tts_rtf, 4) for s in self.slots

@@ -36,7 +36,7 @@ class WorkerSetup:
     state_dir: str | None
     onnx_threads: int = 1
     policy: str = "edf"
-    lookahead_s: float = 1.5
+    lookahead_s: float = 3.0
     vad_capacity: int = 1024
     """VAD slots per rate in one worker."""
     vad_tick_ms: float = 16.0
@@ -59,6 +59,23 @@ def pin_all_threads(cpus: Iterable[int]) -> None:
             os.sched_setaffinity(int(tid), mask)
         except (ProcessLookupError, FileNotFoundError):
             pass  # a thread that just ended
+
+
+SPARE_NICE = 19
+"""A spare warms up at the lowest priority so it never slows the serving workers."""
+
+
+def renice_all(nice: int) -> bool:
+    """Set every thread's nice value (Linux priorities are per thread); False if denied."""
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+            except ProcessLookupError:
+                pass
+    except PermissionError:
+        return False
+    return True
 
 
 def thread_count(pid: int | str = "self") -> int:
@@ -85,6 +102,8 @@ def worker_main(index: int, cpus: tuple[int, ...], conn: Any, stats_array: Any,
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.environ.update(thread_env(setup.onnx_threads))
     pin_all_threads(cpus)
+    if index < 0:
+        renice_all(SPARE_NICE)  # before any thread exists: they all inherit it
     from cosyvoiced.workers.loop import Worker  # heavy imports only after pinning
 
     Worker(index, cpus, conn, stats_array, setup).run()

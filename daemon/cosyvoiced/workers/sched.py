@@ -74,6 +74,8 @@ class TtsStream:
     play_end_s: float = 0.0
     """When the audio produced so far ends if played in real time from its first sample."""
     ready_seq: int = 0
+    last_synth_s: float = 0.0
+    """How long this stream's last clause took: the guess for its next one."""
 
     def has_work(self) -> bool:
         return self.gen is not None or bool(self.jobs)
@@ -91,7 +93,7 @@ class TtsScheduler:
     """Pure scheduling logic; the worker loop calls `step`, `flush` and `wake_in`."""
 
     def __init__(self, make_gen: MakeGen, emit: Emit, *, policy: str = "edf",
-                 lookahead_s: float = 1.5,
+                 lookahead_s: float = 3.0,
                  on_clause: Callable[[float, float], None] | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.make_gen = make_gen
@@ -170,7 +172,8 @@ class TtsScheduler:
                 ahead = stream.ahead_s(now_s)
                 if ahead >= self.lookahead_s:
                     continue
-                key = (ahead, stream.ready_seq)
+                # Latest start = deadline minus the time its next clause will take.
+                key = (ahead - stream.last_synth_s, stream.ready_seq)
             else:
                 key = (0.0, stream.ready_seq)
             if best is None or key < best_key:
@@ -219,6 +222,7 @@ class TtsScheduler:
             return
         dt = time.perf_counter() - t0
         job.synth_s += dt
+        stream.last_synth_s = dt
         if chunk is None:
             self._finish_synth(stream, job)
             return
