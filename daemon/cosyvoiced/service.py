@@ -26,9 +26,10 @@ from .http.server import HttpServer
 from .log import set_level
 from .metrics import Metrics
 from .notify import Notifier, Watchdog, watchdog_interval_s
-from .speech import Speech
+from .speech import PoolSpeech, Speech
 from .streams import Streams
 from .workers.pool import WorkerPool
+from .wyoming.server import WyomingServer
 
 log = structlog.get_logger(__name__)
 
@@ -49,6 +50,7 @@ class Daemon:
         self.bus = EventBus()
         self.speech: Speech | None = None
         self.audiosocket: AudioSocketServer | None = None
+        self.wyoming: WyomingServer | None = None
         self.pool: WorkerPool | None = None
         self.state = "starting"
         self.ready = False
@@ -74,7 +76,7 @@ class Daemon:
             "pid": os.getpid(),
             "uptime_s": round(time.monotonic() - self.started_s, 3),
             "config": self.config_path,
-            "listeners": self._http.bound if self._http else [],
+            "listeners": self.listeners(),
             "streams": {
                 "active": len(self.streams),
                 "max": self.streams.max_streams,
@@ -82,7 +84,8 @@ class Daemon:
                           "age_s": round(time.monotonic() - s.started_s, 3)}
                          for s in self.streams.snapshot()],
             },
-            "workers": self.pool.status() if self.pool else None,
+            "workers": ({**self.pool.status(), "summary": self.pool.status_line()}
+                        if self.pool else None),
             "health": {"stalled": list(self.health.check().stalled),
                        "parts": self.health.names()},
         }
@@ -140,13 +143,38 @@ class Daemon:
         self.pool = WorkerPool.from_config(self.config, health=self.health,
                                            publish=self.bus.publish)
         await self.pool.start()
+        self.speech = PoolSpeech(self.pool, self.config)
+        if self.config.audiosocket.enabled:
+            self.audiosocket = AudioSocketServer(self.speech, self.streams, self.bus,
+                                                 self.metrics, self.config.audiosocket)
+            await self.audiosocket.start()
+            clock = self.audiosocket
+            self.health.register("audiosocket_clock", lambda: clock.last_tick_s)
+        if self.config.wyoming.enabled:
+            self.wyoming = WyomingServer(self.speech, self.streams, self.config.wyoming.listen)
+            await self.wyoming.start()
         self._http = HttpServer(self, self.config)
         await self._http.start()
+
+    def listeners(self) -> list[str]:
+        out = list(self._http.bound) if self._http else []
+        if self.audiosocket:
+            out.append(f"audiosocket://{self.audiosocket.bound}")
+        if self.wyoming:
+            out.append(f"wyoming+{self.wyoming.bound}")
+        return out
 
     async def _stop_parts(self) -> None:
         if self._http:
             await self._http.stop()
             self._http = None
+        if self.wyoming:
+            await self.wyoming.stop()
+            self.wyoming = None
+        if self.audiosocket:
+            self.health.unregister("audiosocket_clock")
+            await self.audiosocket.stop()
+            self.audiosocket = None
         if self.pool:
             await self.pool.stop()
             self.pool = None

@@ -17,7 +17,7 @@ import numpy as np
 import structlog
 
 from .config.schema import Config
-from .events import EventBus, Transcript, VoiceStarted, VoiceStopped
+from .events import Transcript, VoiceStarted, VoiceStopped
 from .normalize.ssml import parse_ssml
 from .tts.request import AudioChunk, SynthesisOptions, check_text
 from .tts.synth import encode
@@ -127,12 +127,12 @@ class PoolSynthesis:
 
 
 class PoolListening:
-    """Feeds a listen stream's capture ring; relays its events (and publishes them)."""
+    """Feeds a listen stream's capture ring and relays its events (the pool itself
+    publishes them on the daemon's event bus)."""
 
-    def __init__(self, handle: ListenHandle, bus: EventBus) -> None:
+    def __init__(self, handle: ListenHandle) -> None:
         self.handle = handle
         self.rate_hz = handle.rate_hz
-        self.bus = bus
         self.dropped = 0
         self._events: asyncio.Queue[ListenEvent | None] = asyncio.Queue()
         self._finals: list[Transcript] = []
@@ -149,7 +149,6 @@ class PoolListening:
             msg = await self.handle.events.get()
             if isinstance(msg, m.ListenEvent):
                 ev = msg.event
-                self.bus.publish(ev)
                 if isinstance(ev, Transcript):
                     self._finals.append(ev)
                 self._events.put_nowait(ev)
@@ -175,10 +174,9 @@ class PoolListening:
 
 
 class PoolSpeech:
-    def __init__(self, pool: WorkerPool, config: Config, bus: EventBus) -> None:
+    def __init__(self, pool: WorkerPool, config: Config) -> None:
         self.pool = pool
         self.config = config
-        self.bus = bus
 
     def voices(self) -> list[VoiceMeta]:
         return [describe(f) for f in discover(self.config.tts.voices_dirs).values()]
@@ -206,7 +204,7 @@ class PoolSpeech:
 
     async def listen(self, rate_hz: int, stream_id: str) -> PoolListening:
         handle = await self.pool.open_listen_stream(rate_hz, stream_id=stream_id)
-        return PoolListening(handle, self.bus)
+        return PoolListening(handle)
 
 
 _serial = iter(range(1, 1 << 62))
