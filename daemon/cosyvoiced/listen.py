@@ -157,7 +157,6 @@ class ListenStream:
                                                + _TAIL_MS) / 1000.0 + 1.0
             self._frames = FrameRing(int(utt_s * 100), WHISPER.n_mels)
             self._mel_from = -1  # absolute 16 kHz sample where the open utterance's mel starts
-            self._mel_fed = 0
         self.utterances: list[Utterance] = []
         # When each recent feed arrived, to measure latency from the end of speech.
         self._arrival_end = np.zeros(_ARRIVALS, dtype=np.int64)
@@ -205,7 +204,6 @@ class ListenStream:
             self._audio.push(y)
             if self._mel_from >= 0:
                 self._mel.push(y, self._frames)
-                self._mel_fed = self._audio.count
         return len(self._pending) // self.window
 
     def arrival_s(self, at_ms: int) -> float:
@@ -262,7 +260,6 @@ class ListenStream:
         self._mel.reset()
         self._frames.clear()
         self._mel.push(backlog, self._frames)
-        self._mel_fed = self._audio.count
 
     def _finish_utterance(self, event: VoiceStopped) -> None:
         if self._mel_from < 0:
