@@ -24,7 +24,7 @@ from typing import Protocol
 import numpy as np
 import structlog
 
-from cosyvoiced.alsa.errors import AlsaError, DeviceBusy, DeviceGone, DeviceNotFound
+from cosyvoiced.alsa.errors import AlsaError, DeviceGone
 from cosyvoiced.alsa.params import Negotiated, PcmRequest
 from cosyvoiced.codec import f32_to_s16, s16_to_f32
 from cosyvoiced.config.schema import AudioDeviceConfig
@@ -34,8 +34,6 @@ log = structlog.get_logger(__name__)
 
 __all__ = ["AudioThread", "CaptureThread", "PcmBackend", "PlaybackThread", "open_backend",
            "request_for", "start_device"]
-
-_RETRYABLE = (DeviceGone, DeviceNotFound, DeviceBusy)
 
 
 class PcmBackend(Protocol):
@@ -91,6 +89,10 @@ class AudioThread(threading.Thread):
         """time.monotonic() of the last period moved (or open attempt): the watchdog's view."""
         self.periods = 0
         self.reopens = 0
+        self.gone = 0
+        """Times the device vanished mid-stream."""
+        self.open_failures = 0
+        """Failed reopen attempts (each followed by a back-off wait)."""
         self._xruns_before = 0
         self._backend: PcmBackend | None = None
         self.negotiated: Negotiated | None = None
@@ -133,19 +135,19 @@ class AudioThread(threading.Thread):
             while self._running:
                 try:
                     backend = self._opener(self.request, self.cfg.access)
-                except _RETRYABLE as exc:
+                except AlsaError as exc:
+                    # First open: a configuration problem, reported once. Later: the
+                    # device (or sound server) is coming back; wait for it.
                     if not opened_once:
                         self._fail(exc)
                         return
                     self.last_progress_s = time.monotonic()
+                    self.open_failures += 1
                     log.warning("alsa_reopen_failed", device=self.cfg.pcm, error=exc.code,
                                 detail=exc.message, retry_in_s=round(backoff, 3))
                     self._stop_event.wait(backoff)
                     backoff = min(backoff * 2, self.cfg.reopen_backoff_max_s)
                     continue
-                except AlsaError as exc:
-                    self._fail(exc)
-                    return
                 if opened_once:
                     self.reopens += 1
                     log.info("alsa_reopened", device=self.cfg.pcm, reopens=self.reopens)
@@ -154,6 +156,7 @@ class AudioThread(threading.Thread):
                 try:
                     self._stream(backend)
                 except DeviceGone as exc:
+                    self.gone += 1
                     log.warning("alsa_device_gone", device=self.cfg.pcm, detail=exc.message,
                                 xruns=self.xruns)
                 except AlsaError as exc:

@@ -59,8 +59,8 @@ def format_code(req: PcmRequest) -> int:
 def accept(req: PcmRequest, got: Negotiated) -> Negotiated:
     """Adapt to what the device offers, or raise if the stream cannot use it.
 
-    A different rate is fine if it is one the resamplers handle (the consumer reads
-    `negotiated.rate_hz`); channels and format must match (the ring's layout depends on
+    A different rate is fine if it is one the resamplers handle (SUPPORTED_RATES_HZ; the
+    consumer reads `negotiated.rate_hz`); channels and format must match (the ring's layout depends on
     them); the period may move within a factor of two, and the buffer must hold two.
     """
     if got.channels != req.channels:
@@ -68,9 +68,10 @@ def accept(req: PcmRequest, got: Negotiated) -> Negotiated:
                                 f"offers {got.channels}")
     if got.format != req.format:
         raise UnsupportedFormat(0, req.pcm, f"asked {req.format}, device offers {got.format}")
-    if got.rate_hz != req.rate_hz and got.rate_hz not in SUPPORTED_RATES_HZ:
+    if got.rate_hz not in SUPPORTED_RATES_HZ:
         raise UnsupportedFormat(0, req.pcm, f"asked {req.rate_hz} Hz, device offers "
-                                f"{got.rate_hz} Hz, which the resamplers do not handle")
+                                f"{got.rate_hz} Hz; streams use "
+                                f"{', '.join(map(str, SUPPORTED_RATES_HZ))} Hz")
     if not req.period_frames / 2 <= got.period_frames <= req.period_frames * 2:
         raise PeriodRefused(0, req.pcm, f"asked a {req.period_frames}-frame period, device "
                             f"offers {got.period_frames}")
