@@ -14,7 +14,7 @@ computed only while an utterance is open: at voice start the extractor is fed fr
 the moment the endpointer says stop.
 
 Bad input: NaN/inf samples become 0 and floats beyond [-1, 1] are clipped (both counted
-in `stats`); a DC offset is removed by a 10 Hz one-pole high-pass; unsupported rates raise
+in `stats`); a DC offset is tracked (mean over ~1 s) and subtracted; unsupported rates raise
 `UnsupportedRate` at open; an utterance reaching `max_utterance_s` is cut, transcribed and
 listening goes on; `close()` ends an open utterance and transcribes it.
 """
@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 import structlog
-from scipy.signal import lfilter
 
 from cosyvoiced.asr import Utterance, WhisperAsr
 from cosyvoiced.config.schema import AsrConfig, VadConfig
@@ -44,6 +43,8 @@ log = structlog.get_logger(__name__)
 ASR_RATE_HZ = 16000
 _LAG_S = 2.0
 """Audio kept for the VAD decision lag (batched ticks may run late)."""
+_DC_TAU_S = 1.0
+"""Time constant of the DC-offset tracker."""
 _ARRIVALS = 1024
 """Feeds remembered for latency measurement (about 20 s of 20 ms frames)."""
 _TAIL_MS = 200
@@ -81,7 +82,10 @@ class _Fifo:
         return self.w - self.r
 
     def push(self, x: np.ndarray) -> None:
-        n = x.shape[0]
+        self.reserve(x.shape[0])[:] = x
+
+    def reserve(self, n: int) -> np.ndarray:
+        """Append `n` samples to be written by the caller: the view to write them into."""
         if self.w + n > self.buf.shape[0]:
             keep = self.w - self.r
             if keep + n > self.buf.shape[0]:
@@ -91,8 +95,8 @@ class _Fifo:
             else:
                 self.buf[:keep] = self.buf[self.r: self.w]
             self.r, self.w = 0, keep
-        self.buf[self.w: self.w + n] = x
         self.w += n
+        return self.buf[self.w - n: self.w]
 
 
 class _AudioRing:
@@ -143,10 +147,8 @@ class ListenStream:
         self._vad_rs = None if vad.rate_hz == rate_hz else StreamResampler(rate_hz, vad.rate_hz)
         self._pending = _Fifo(self.window * 64)
         self.endpointer = Endpointer(vad_cfg, WINDOW_MS)
-        # DC blocker: y[n] = x[n] - x[n-1] + a * y[n-1], 10 Hz corner.
-        a = 1.0 - 2.0 * math.pi * 10.0 / rate_hz
-        self._dc_b, self._dc_a = np.array([1.0, -1.0]), np.array([1.0, -a])
-        self._dc_zi = np.zeros(1)
+        self._dc = 0.0
+        self._scratch = np.zeros(rate_hz // 10, dtype=np.float32)
         self.asr = asr
         if asr:
             self._asr_rs = None if rate_hz == ASR_RATE_HZ else StreamResampler(rate_hz, ASR_RATE_HZ)
@@ -164,41 +166,59 @@ class ListenStream:
         self._arrivals_n = 0
 
     # ---- input ---------------------------------------------------------------------
-    def _sanitize(self, samples: np.ndarray) -> np.ndarray:
+    def _check(self, samples: np.ndarray) -> np.ndarray:
         x = np.asarray(samples)
         if x.ndim != 1:
             raise ListenError(f"expected mono 1-D samples, got shape {x.shape}")
-        if x.dtype == np.int16:
-            return x.astype(np.float32) / 32768.0
-        if x.dtype.kind != "f":
+        if x.dtype != np.int16 and x.dtype.kind != "f":
             raise ListenError(f"samples must be float or int16, got {x.dtype}")
-        x = x.astype(np.float32)  # a copy: we fix it in place
-        bad = ~np.isfinite(x)
-        if bad.any():
-            n = int(bad.sum())
-            self.stats.sanitized += n
-            x[bad] = 0.0
-        over = np.abs(x) > 1.0
-        if over.any():
-            self.stats.clipped += int(over.sum())
-            np.clip(x, -1.0, 1.0, out=x)
         return x
+
+    def _clean(self, x: np.ndarray) -> None:
+        """In place: NaN/inf -> 0, clip to [-1, 1] (both counted), remove the DC offset."""
+        total = float(np.add.reduce(x))  # finite unless some sample is NaN/inf (or huge)
+        if not math.isfinite(total):
+            bad = ~np.isfinite(x)
+            self.stats.sanitized += int(np.count_nonzero(bad))
+            x[bad] = 0.0
+            total = float(np.add.reduce(x))
+        if x.max() > 1.0 or x.min() < -1.0:
+            self.stats.clipped += int(np.count_nonzero(np.abs(x) > 1.0))
+            np.clip(x, -1.0, 1.0, out=x)
+            total = float(np.add.reduce(x))
+        # DC tracker: exponential average of chunk means (~1 s), subtracted in place.
+        n = x.shape[0]
+        keep = math.exp(-n / (self.rate_hz * _DC_TAU_S))
+        self._dc = keep * self._dc + (1.0 - keep) * (total / n)
+        np.subtract(x, self._dc, out=x)
 
     def feed(self, samples: np.ndarray) -> int:
         """Add samples at the stream's rate; returns the number of VAD windows ready."""
         if self.closed:
             raise ListenError(f"stream {self.id} is closed")
-        x = self._sanitize(samples)
-        if x.shape[0] == 0:
+        src = self._check(samples)
+        n = src.shape[0]
+        if n == 0:
             return len(self._pending) // self.window
-        self.stats.samples_in += x.shape[0]
+        # Write straight into the VAD FIFO when no resampling is needed, else a scratch.
+        if self._vad_rs is None:
+            x = self._pending.reserve(n)
+        else:
+            if self._scratch.shape[0] < n:
+                self._scratch = np.zeros(2 * n, dtype=np.float32)
+            x = self._scratch[:n]
+        if src.dtype == np.int16:
+            np.multiply(src, np.float32(1.0 / 32768.0), out=x)
+        else:
+            np.copyto(x, src, casting="same_kind")
+        self._clean(x)
+        self.stats.samples_in += n
         i = self._arrivals_n % _ARRIVALS
         self._arrival_end[i] = self.stats.samples_in
         self._arrival_t[i] = time.monotonic()
         self._arrivals_n += 1
-        x, self._dc_zi = lfilter(self._dc_b, self._dc_a, x, zi=self._dc_zi)
-        x = x.astype(np.float32)
-        self._pending.push(x if self._vad_rs is None else self._vad_rs.process(x))
+        if self._vad_rs is not None:
+            self._pending.push(self._vad_rs.process(x))
         if self.asr:
             y = x if self._asr_rs is None else self._asr_rs.process(x)
             self._audio.push(y)
@@ -315,6 +335,7 @@ class ListenBatch:
         self._threads = threads
         self._cache_dir = cache_dir
         self._vads: dict[int, SileroBatch] = {}
+        self._gathers: dict[int, np.ndarray] = {}
         self.streams: dict[str, ListenStream] = {}
         self.bus = bus
         self._asr = asr
@@ -329,6 +350,13 @@ class ListenBatch:
                                 cache_dir=self._cache_dir)
             self._vads[vad_rate] = batch
         return batch
+
+    def _gather(self, batch: SileroBatch, n: int) -> np.ndarray:
+        buf = self._gathers.get(batch.rate_hz)
+        if buf is None:
+            buf = np.zeros((batch.capacity, batch.window), dtype=np.float32)
+            self._gathers[batch.rate_hz] = buf
+        return buf[:n]
 
     def open(self, stream_id: str, rate_hz: int) -> ListenStream:
         if stream_id in self.streams:
@@ -370,7 +398,9 @@ class ListenBatch:
                 ready = [s for s in mine if s.ready]
                 if not ready:
                     break
-                windows = np.stack([s.next_window() for s in ready])
+                windows = self._gather(batch, len(ready))
+                for j, s in enumerate(ready):
+                    windows[j] = s.next_window()
                 probs = batch.run([s.slot for s in ready], windows)
                 for s, p in zip(ready, probs.tolist(), strict=True):
                     events += s.on_prob(p)
