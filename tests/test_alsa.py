@@ -64,7 +64,8 @@ def find(recording: np.ndarray, template: np.ndarray, around: int, window: int):
     nfft = 1 << (n - 1).bit_length()
     corr = np.fft.irfft(np.fft.rfft(seg, nfft) * np.conj(np.fft.rfft(tpl, nfft)), nfft)
     corr = corr[: len(seg) - len(tpl) + 1]
-    energy = np.convolve(seg * seg, np.ones(len(tpl)), mode="valid")
+    csum = np.concatenate([[0.0], np.cumsum(seg * seg)])
+    energy = csum[len(tpl):] - csum[: len(seg) - len(tpl) + 1]  # sliding window energy
     norm = corr / (np.sqrt(np.maximum(energy, 1e-12)) * np.linalg.norm(tpl))
     k = int(np.argmax(norm))
     return lo + k, float(norm[k])

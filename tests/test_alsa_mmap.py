@@ -68,8 +68,8 @@ def test_mmap_capture_thread_on_null(ring_factory):
     s = ring.stats()
     assert t.periods > 100 and t.xruns == 0 and t.error is None
     assert s.written_frames > 0 and s.overruns > 0  # unpaced: nobody drains, so it drops
-    out = np.ones(1000, np.float32)
-    assert ring.read_into(out) == 1000 and not out.any()  # null captures silence
+    # (null's mmap area is not cleared on capture: only the counts are meaningful here)
+    assert ring.read_into(np.empty(1000, np.float32)) == 1000
 
 
 def test_mmap_playback_is_bit_exact_through_the_file_pcm(tmp_path, ring_factory):
