@@ -125,3 +125,26 @@ def test_encode_formats():
     assert np.frombuffer(encode(x, "float32"), "<f4").tolist() == x.tolist()
     assert np.frombuffer(encode(x, "s16le"), "<i2").tolist() == [0, 16384, -16384, 32767, -32768]
     assert len(encode(x, "mulaw")) == 5
+
+
+def _multi_speaker_voice():
+    from piper.config import PhonemeType, PiperConfig
+
+    from cosyvoiced.tts.voices import Voice
+
+    cfg = PiperConfig(num_symbols=10, num_speakers=3, sample_rate=22050, espeak_voice="en-us",
+                      phoneme_id_map={}, phoneme_type=PhonemeType.ESPEAK,
+                      speaker_id_map={"alice": 0, "bob": 1, "carol": 2}, default_speaker_id=1)
+    return Voice("multi", cfg, session=None, precision="fp32", language="en_US")
+
+
+@pytest.mark.parametrize(("speaker", "sid"), [(None, 1), ("", 1), ("carol", 2), (0, 0),
+                                              ("2", 2)])
+def test_multi_speaker_by_id_or_name(speaker, sid):
+    assert _multi_speaker_voice().speaker_id(speaker) == sid
+
+
+@pytest.mark.parametrize("speaker", ["dave", 3, -1, "7"])
+def test_unknown_speaker(speaker):
+    with pytest.raises(errors.UnknownSpeaker):
+        _multi_speaker_voice().speaker_id(speaker)
