@@ -98,6 +98,8 @@ class AudioSocketServer:
         self._handlers.add(task)
         try:
             await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            pass  # server stopping: end quietly (asyncio logs a cancelled client task)
         finally:
             self._handlers.discard(task)
 

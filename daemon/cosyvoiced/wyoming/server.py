@@ -296,6 +296,8 @@ class WyomingServer:
         self._clients.add(task)
         try:
             await Connection(self.speech, self.streams, reader, writer, str(peer)).run()
+        except asyncio.CancelledError:
+            pass  # server stopping: end quietly (asyncio logs a cancelled client task)
         finally:
             self._clients.discard(task)
 
