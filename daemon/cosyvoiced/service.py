@@ -20,6 +20,7 @@ import structlog
 from . import __version__
 from .audiosocket.server import AudioSocketServer
 from .config import Config, ConfigError, changed_keys, load_config
+from .devices import Devices
 from .events import EventBus
 from .health import Health, Heartbeat
 from .http.server import HttpServer
@@ -51,6 +52,7 @@ class Daemon:
         self.speech: Speech | None = None
         self.audiosocket: AudioSocketServer | None = None
         self.wyoming: WyomingServer | None = None
+        self.devices: Devices | None = None
         self.pool: WorkerPool | None = None
         self.state = "starting"
         self.ready = False
@@ -86,6 +88,7 @@ class Daemon:
             },
             "workers": ({**self.pool.status(), "summary": self.pool.status_line()}
                         if self.pool else None),
+            "devices": self.devices.status()["devices"] if self.devices else [],
             "health": {"stalled": list(self.health.check().stalled),
                        "parts": self.health.names()},
         }
@@ -153,6 +156,9 @@ class Daemon:
         if self.config.wyoming.enabled:
             self.wyoming = WyomingServer(self.speech, self.streams, self.config.wyoming.listen)
             await self.wyoming.start()
+        self.devices = Devices(self.config.audio, self.speech, streams=self.streams,
+                               metrics=self.metrics, health=self.health)
+        await self.devices.start()  # a device that fails is reported and retried, not fatal
         self._http = HttpServer(self, self.config)
         await self._http.start()
 
@@ -175,6 +181,9 @@ class Daemon:
             self.health.unregister("audiosocket_clock")
             await self.audiosocket.stop()
             self.audiosocket = None
+        if self.devices:
+            await self.devices.stop()
+            self.devices = None
         if self.pool:
             await self.pool.stop()
             self.pool = None

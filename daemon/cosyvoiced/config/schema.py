@@ -176,6 +176,16 @@ class AudioDeviceConfig:
 class AudioConfig:
     devices: tuple[AudioDeviceConfig, ...] = opt(())
     """[[audio.devices]] tables: local capture/playback devices."""
+    barge_in: bool = opt(True)
+    """Stop local playback when a capture device hears speech start."""
+    half_duplex: bool = opt(False)
+    """Ignore the capture devices while a playback device speaks (and echo_tail_ms after):
+    no self-trigger when the mic hears the speaker and there is no echo canceller."""
+    echo_tail_ms: int = opt(300, min=0, max=5000)
+    """half_duplex: how long the mic stays ignored after playback ends (the device's and
+    the sound server's buffers are still sounding)."""
+    retry_max_s: float = opt(60.0, min=1.0, max=3600.0)
+    """A device that fails to open is retried in the background, backing off up to this."""
     # To reach one PulseAudio sink or source through ALSA, name it in the PCM:
     # pcm = "pulse:SINK" for playback, pcm = "pulse:SINK.monitor" (or any source) for
     # capture (Debian's 50-pulseaudio.conf gives `pulse` a DEVICE argument).

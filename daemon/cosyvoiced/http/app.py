@@ -10,6 +10,7 @@ import structlog
 from aiohttp import web
 
 from ..audiosocket.server import AudioSocketServer
+from ..devices import Devices
 from ..events import EventBus
 from ..metrics import CONTENT_TYPE, Metrics
 from ..speech import Speech
@@ -17,6 +18,7 @@ from ..streams import Refused, Streams
 from .calls import CallRoutes
 from .errors import ApiError
 from .listen import MAX_UPLOAD_BYTES, ListenRoutes
+from .play import PlayRoutes
 from .tts import TtsRoutes
 
 log = structlog.get_logger(__name__)
@@ -32,6 +34,7 @@ class DaemonView(Protocol):
     bus: EventBus
     speech: Speech | None
     audiosocket: AudioSocketServer | None
+    devices: Devices | None
 
     def status(self) -> dict[str, Any]: ...
 
@@ -67,6 +70,9 @@ def make_app(daemon: DaemonView) -> web.Application:
         ListenRoutes(daemon.speech, daemon.streams, daemon.bus).add_to(app)
     if daemon.audiosocket is not None:
         CallRoutes(daemon.audiosocket).add_to(app)
+    devices = getattr(daemon, "devices", None)  # views without local devices omit it
+    if devices is not None:
+        PlayRoutes(devices).add_to(app)
 
     @routes.get("/healthz")
     async def healthz(_request: web.Request) -> web.Response:
