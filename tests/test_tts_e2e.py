@@ -158,7 +158,8 @@ def test_bad_input_is_typed_and_leaves_the_engine_working(engine):
              ("hi", {"voice": "../../etc/passwd"}, "invalid_voice_name"),
              ("hi", {"rate_hz": 44100}, "unsupported_rate"), ("hi", {"format": "opus"},
                                                                 "unsupported_format"),
-             ("<speak>hi", {"ssml": True}, "bad_ssml"), ("hi", {"speaker": 3}, "unknown_speaker")]
+             ("<speak>hi", {"ssml": True}, "bad_ssml"), ("[[ ]]", {}, "empty_text"),
+             ("<speak> </speak>", {"ssml": True}, "empty_text"), ("hi", {"speaker": 3}, "unknown_speaker")]
     for text, kw, code in cases:
         with pytest.raises(errors.TtsError) as err:
             engine.synthesize(text, SynthesisOptions(**kw))  # raised before any audio

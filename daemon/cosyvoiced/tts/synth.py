@@ -19,6 +19,7 @@ from cosyvoiced.normalize import Segment, plain_segments
 from cosyvoiced.normalize.ssml import parse_ssml
 from cosyvoiced.onnx import run as onnx_run
 from cosyvoiced.resample import StreamResampler
+from cosyvoiced.tts.errors import EmptyText
 from cosyvoiced.tts.phonemize import raw_phonemes, text_to_ids, to_ids
 from cosyvoiced.tts.plan import Clause, PlanLimits, plan
 from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text
@@ -145,6 +146,8 @@ class TtsEngine:
         voice = self.voice(options.voice, precision)
         sid = voice.speaker_id(options.speaker)
         clauses = plan(self.segments(text, voice, options.ssml), self.limits())
+        if not clauses:
+            raise EmptyText("nothing to speak (no words, phonemes or breaks)")
         return self._stream(voice, clauses, options, sid, cancel)
 
     def _stream(self, voice: Voice, clauses: list[Clause], options: SynthesisOptions,
