@@ -125,3 +125,13 @@ def test_check_config_cli(repo_root, tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 78
     assert "workers.onnx_threads" in res.stderr and res.stdout == ""
+
+
+def test_listening_beyond_loopback_needs_a_token(tmp_path):
+    msgs = _problems('[api]\nlisten = ["tcp://0.0.0.0:8080"]\n', tmp_path)
+    assert len(msgs) == 1 and "api.token" in msgs[0] and "0.0.0.0" in msgs[0]
+    path = tmp_path / "ok.toml"
+    path.write_text('[api]\nlisten = ["tcp://0.0.0.0:8080", "tcp://[::1]:9"]\ntoken = "s3cret"\n')
+    assert load_config(path).api.token == "s3cret"
+    (msg,) = _problems('[api]\nlisten = ["http://x"]\n', tmp_path)
+    assert "api.listen[0]" in msg and "tcp://HOST:PORT" in msg

@@ -256,3 +256,25 @@ def test_fuzz_json_bodies_never_500(body, path):
             if r.status != 200:
                 assert "code" in (await r.json())["error"]
     run(go)
+
+
+def test_bearer_token_over_tcp():
+    async def main():
+        server = TestServer(make_app(FakeDaemon(), token="s3cret"))
+        await server.start_server()
+        try:
+            async with ClientSession(base_url=str(server.make_url(""))) as http:
+                async with http.get("/v1/voices") as r:
+                    assert r.status == 401
+                    assert (await r.json())["error"]["code"] == "unauthorized"
+                async with http.get("/v1/voices",
+                                    headers={"Authorization": "Bearer wrong"}) as r:
+                    assert r.status == 401
+                async with http.get("/v1/voices",
+                                    headers={"Authorization": "Bearer s3cret"}) as r:
+                    assert r.status == 200
+                async with http.get("/healthz") as r:  # probes stay open
+                    assert r.status == 200
+        finally:
+            await server.close()
+    asyncio.run(main())

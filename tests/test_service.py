@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -183,3 +184,21 @@ def test_metrics_scrape_parses_and_counts_streams(daemon_factory):
     d.signal(signal.SIGTERM)
     d.signal(signal.SIGTERM)
     d.wait()
+
+
+def test_token_guards_tcp_but_not_the_control_socket(daemon_factory):
+    d = daemon_factory(overrides=('api.token="s3cret"',)).start()
+    d.wait_ready()
+    assert d.ctl("status").returncode == 0  # the Unix socket: file permissions guard it
+    tcp = [x for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]
+           if x.startswith("tcp://")][0].replace("tcp://", "http://")
+    try:
+        urllib.request.urlopen(f"{tcp}/v1/status", timeout=10)
+        raise AssertionError("TCP without a token was served")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 401
+    req = urllib.request.Request(f"{tcp}/v1/status", headers={"Authorization": "Bearer s3cret"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert json.load(r)["state"] == "ready"
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0

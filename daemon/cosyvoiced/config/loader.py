@@ -70,9 +70,11 @@ def load_config(path: str | os.PathLike[str] | None, overrides: typing.Sequence[
     where = _Where(source, lines, overridden)
     config = _build(Config, data, "", where, problems)
     if not problems:  # cross-field checks, owned by the sections' stages
-        from cosyvoiced.workers.cpus import config_problems
+        from cosyvoiced.http.server import config_problems as api_problems
+        from cosyvoiced.workers.cpus import config_problems as worker_problems
 
-        problems += [where.problem(key, msg) for key, msg in config_problems(config)]
+        for check in (worker_problems, api_problems):
+            problems += [where.problem(key, msg) for key, msg in check(config)]
     if problems:
         raise ConfigError(problems)
     assert isinstance(config, Config)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hmac
 import time
 from typing import Any, Protocol
 
@@ -62,8 +63,32 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return error_response(500, "internal", "internal error; see the daemon log")
 
 
-def make_app(daemon: DaemonView) -> web.Application:
-    app = web.Application(middlewares=[json_errors], client_max_size=MAX_UPLOAD_BYTES)
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+"""Answered without a token (probes from the box's own monitoring)."""
+
+
+def bearer_auth(token: str) -> Any:
+    """Requests over TCP need `Authorization: Bearer TOKEN`; the control socket is guarded
+    by its file permissions instead."""
+    expected = f"Bearer {token}".encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler: Any) -> web.StreamResponse:
+        over_tcp = isinstance(request.transport.get_extra_info("sockname"), tuple) \
+            if request.transport else False
+        if over_tcp and request.path not in OPEN_PATHS:
+            got = request.headers.get("Authorization", "").encode()
+            if not hmac.compare_digest(got, expected):
+                return error_response(401, "unauthorized",
+                                      "send Authorization: Bearer <api.token>")
+        return await handler(request)
+
+    return check
+
+
+def make_app(daemon: DaemonView, token: str = "") -> web.Application:
+    middlewares = [json_errors] + ([bearer_auth(token)] if token else [])
+    app = web.Application(middlewares=middlewares, client_max_size=MAX_UPLOAD_BYTES)
     routes = web.RouteTableDef()
     if daemon.speech is not None:
         TtsRoutes(daemon.speech, daemon.streams, daemon.metrics).add_to(app)

@@ -58,11 +58,26 @@ class Listener:
             return False
 
 
+def config_problems(config: Config) -> list[tuple[str, str]]:
+    """Cross-field checks of `[api]` for the config loader: (dotted key, message)."""
+    out: list[tuple[str, str]] = []
+    for i, spec in enumerate(config.api.listen):
+        try:
+            lis = Listener.parse(spec)
+        except ListenError as exc:
+            out.append((f"api.listen[{i}]", str(exc)))
+            continue
+        if not lis.loopback and not config.api.token:
+            out.append(("api.token", f"api.listen {spec!r} is beyond loopback: set api.token "
+                                     f"(clients then send Authorization: Bearer TOKEN)"))
+    return out
+
+
 class HttpServer:
     """The control socket plus `api.listen`; one aiohttp runner for all of them."""
 
     def __init__(self, daemon: DaemonView, config: Config) -> None:
-        self._app = make_app(daemon)
+        self._app = make_app(daemon, token=config.api.token)
         self._runner = web.AppRunner(self._app, handle_signals=False, access_log=None,
                                      shutdown_timeout=2.0)
         self._listeners = [Listener("unix", path=config.service.control_socket)]
