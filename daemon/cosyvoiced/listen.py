@@ -34,6 +34,7 @@ from cosyvoiced.config.schema import AsrConfig, VadConfig
 from cosyvoiced.events import Transcript, VoiceStarted, VoiceStopped
 from cosyvoiced.mel import WHISPER, FrameRing, MelStream
 from cosyvoiced.resample import SUPPORTED_RATES_HZ, StreamResampler, UnsupportedRate
+from cosyvoiced.samplebuf import AudioRing, SampleFifo
 from cosyvoiced.vad import WINDOW_MS, Endpointer, SileroBatch, window_samples
 
 __all__ = ["ListenBatch", "ListenError", "ListenStats", "ListenStream", "UnsupportedRate"]
@@ -70,64 +71,6 @@ class ListenStats:
     """Utterances cut at max_utterance_s."""
 
 
-class _Fifo:
-    """Sample FIFO with a preallocated buffer (compacted when the end is reached)."""
-
-    def __init__(self, capacity: int) -> None:
-        self.buf = np.zeros(capacity, dtype=np.float32)
-        self.r = 0
-        self.w = 0
-
-    def __len__(self) -> int:
-        return self.w - self.r
-
-    def push(self, x: np.ndarray) -> None:
-        self.reserve(x.shape[0])[:] = x
-
-    def reserve(self, n: int) -> np.ndarray:
-        """Append `n` samples to be written by the caller: the view to write them into."""
-        if self.w + n > self.buf.shape[0]:
-            keep = self.w - self.r
-            if keep + n > self.buf.shape[0]:
-                grown = np.zeros(2 * (keep + n), dtype=np.float32)
-                grown[:keep] = self.buf[self.r: self.w]
-                self.buf = grown
-            else:
-                self.buf[:keep] = self.buf[self.r: self.w]
-            self.r, self.w = 0, keep
-        self.w += n
-        return self.buf[self.w - n: self.w]
-
-
-class _AudioRing:
-    """The last `capacity` samples at 16 kHz, addressed by absolute sample index."""
-
-    def __init__(self, capacity: int) -> None:
-        self.buf = np.zeros(capacity, dtype=np.float32)
-        self.count = 0
-
-    def push(self, x: np.ndarray) -> None:
-        cap = self.buf.shape[0]
-        if x.shape[0] > cap:
-            self.count += x.shape[0] - cap
-            x = x[-cap:]
-        a = self.count % cap
-        n = x.shape[0]
-        first = min(n, cap - a)
-        self.buf[a: a + first] = x[:first]
-        self.buf[: n - first] = x[first:]
-        self.count += n
-
-    def read(self, start: int) -> np.ndarray:
-        """Samples from absolute index `start` (clipped to what is held) to now (a copy)."""
-        cap = self.buf.shape[0]
-        start = max(start, self.count - cap, 0)
-        if start >= self.count:
-            return np.zeros(0, dtype=np.float32)
-        idx = np.arange(start, self.count) % cap
-        return self.buf[idx]
-
-
 class ListenStream:
     """One stream's listening state (see the module docstring); use via `ListenBatch.open`."""
 
@@ -145,7 +88,7 @@ class ListenStream:
         self.slot = vad.open()
         self.window = window_samples(vad.rate_hz)
         self._vad_rs = None if vad.rate_hz == rate_hz else StreamResampler(rate_hz, vad.rate_hz)
-        self._pending = _Fifo(self.window * 64)
+        self._pending = SampleFifo(self.window * 64)
         self.endpointer = Endpointer(vad_cfg, WINDOW_MS)
         self._dc = 0.0
         self._scratch = np.zeros(rate_hz // 10, dtype=np.float32)
@@ -153,7 +96,7 @@ class ListenStream:
         if asr:
             self._asr_rs = None if rate_hz == ASR_RATE_HZ else StreamResampler(rate_hz, ASR_RATE_HZ)
             lag_s = (vad_cfg.preroll_ms + vad_cfg.start_ms) / 1000.0 + _LAG_S
-            self._audio = _AudioRing(int(lag_s * ASR_RATE_HZ))
+            self._audio = AudioRing(int(lag_s * ASR_RATE_HZ))
             self._mel = MelStream(WHISPER)
             utt_s = vad_cfg.max_utterance_s + (vad_cfg.preroll_ms + vad_cfg.stop_ms
                                                + _TAIL_MS) / 1000.0 + 1.0
