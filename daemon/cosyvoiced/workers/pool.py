@@ -13,6 +13,7 @@ and gets `Overloaded` when the measured load says no worker can serve one more.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import itertools
 import os
 import threading
@@ -69,6 +70,15 @@ class WorkerPool(Supervision):
         self._start_error: str | None = None
         self._thread = threading.Thread(target=self._supervise, name="worker-supervisor",
                                         daemon=True)
+        # Workers ignore SIGTERM (systemd signals the whole cgroup on stop), so the
+        # terminate() multiprocessing tries at exit would wait forever: kill them first.
+        atexit.register(self._kill_at_exit)
+
+    def _kill_at_exit(self) -> None:
+        self._closing = True
+        for p in self._procs():
+            if p.proc.is_alive():
+                p.kill()
 
     @classmethod
     def from_config(cls, config: Any, *, health: Health | None = None,
@@ -134,6 +144,7 @@ class WorkerPool(Supervision):
         self._wake()
         if self._thread.is_alive():
             await asyncio.to_thread(self._thread.join, 2.0)
+        atexit.unregister(self._kill_at_exit)
         for fd in (self._wake_r, self._wake_w):
             try:
                 os.close(fd)
