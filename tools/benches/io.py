@@ -227,8 +227,8 @@ def run(quick: bool) -> Report:
                             [f"{d} traced growth", name, a["growth_bytes"], "B"]]
     report.figures = {"rw": rw, "mmap": mm, "rw_alloc": rw_alloc, "mmap_alloc": mm_alloc,
                       "ring_queue_ratio": ratios}
-    report.notes.append("rw capture goes through pyalsaaudio's read(), which returns a new "
-                        "bytes object per period; the mmap backend reads into the mmap area")
+    report.notes.append("rw reads/writes with snd_pcm_readi/writei (ctypes) straight into/from "
+                        "the period buffer; mmap copies to/from the device's mmap area")
     report.target("ring/queue throughput ratio (160-frame chunks)", ratios[0], "> 1",
                   ratios[0] > 1)
     report.target("ring/queue throughput ratio (4096-frame chunks)", ratios[1], "> 1",
@@ -239,7 +239,7 @@ def run(quick: bool) -> Report:
     rw_play = rw_alloc["playback"]["buffer_allocs_per_s"]
     report.target("rw playback buffer allocations/s", rw_play, "== 0", rw_play == 0)
     rw_cap = rw_alloc["capture"]["buffer_allocs_per_s"]
-    report.target("rw capture buffer allocations/s (pyalsaaudio read)", rw_cap, "== 0",
+    report.target("rw capture buffer allocations/s (snd_pcm_readi)", rw_cap, "== 0",
                   rw_cap == 0)
     cpu = max(rw["capture"], rw["playback"])
     report.target("audio thread CPU per s of audio (rw, 10 ms periods)", cpu, "< 50 ms",

@@ -50,7 +50,7 @@ Opener = Callable[[PcmRequest, str], PcmBackend]
 
 
 def open_backend(req: PcmRequest, access: str) -> PcmBackend:
-    """Open `req` with the rw (pyalsaaudio) or mmap (ctypes) backend."""
+    """Open `req` with the rw (readi/writei) or mmap backend (both ctypes libasound)."""
     if access == "mmap":
         from cosyvoiced.alsa.mmap import MmapPcm
         return MmapPcm(req)

@@ -1,114 +1,97 @@
-"""read/write backend: blocking interleaved readi/writei through pyalsaaudio.
+"""read/write backend: interleaved snd_pcm_readi/writei through the ctypes libasound binding.
 
-pyalsaaudio has no sw_params and no explicit start: its PCM starts on the first write
-(playback) or read (capture), so `start()` for playback writes a whole buffer of silence
-at once, which starts the device with a full buffer. It recovers an xrun inside
-`read()`/`write()` (prepare) when it sees the XRUN state; we look at the state first so
-each xrun is counted. Its `read()` returns a new bytes object per period (it has no
-read-into); the mmap backend allocates nothing and is the one to use where that matters.
+Why ctypes and not pyalsaaudio: its `read()` returns a new bytes object per period (no
+read-into), and it has no sw_params, explicit start or wait timeout; readi/writei here
+copy straight between the device and the caller's preallocated buffer.
+
+Opened by `pcm.LibasoundPcm` (never auto-start, avail_min of one period). Playback writes
+one buffer of silence and starts explicitly; capture starts explicitly. Each `read`/`write`
+is one blocking readi/writei of a period into/from the caller's buffer, whose address is
+looked up once and cached: the loop creates no arrays. No snd_pcm_wait before it: on
+ALSA's pulse plugin that poll misses wake-ups (measured: ~2% of periods stalled to the
+200 ms timeout, and the sink underran), while the blocking call's own wait does not.
 """
 
 from __future__ import annotations
 
-import errno
-
-import alsaaudio
 import numpy as np
 
-from cosyvoiced.alsa.errors import XrunError, from_pyalsaaudio, raise_for
-from cosyvoiced.alsa.libasound import FORMATS
-from cosyvoiced.alsa.params import Negotiated, PcmRequest, accept, format_code
+from cosyvoiced.alsa import libasound as la
+from cosyvoiced.alsa.errors import XrunError, check
+from cosyvoiced.alsa.params import PcmRequest
+from cosyvoiced.alsa.pcm import LibasoundPcm
+
+lib = la.lib
 
 __all__ = ["RwPcm"]
 
-_PYALSA_FORMATS = {
-    "S16_LE": alsaaudio.PCM_FORMAT_S16_LE,
-    "S32_LE": alsaaudio.PCM_FORMAT_S32_LE,
-    "FLOAT_LE": alsaaudio.PCM_FORMAT_FLOAT_LE,
-    "MU_LAW": alsaaudio.PCM_FORMAT_MU_LAW,
-    "A_LAW": alsaaudio.PCM_FORMAT_A_LAW,
-    "S24_3BE": alsaaudio.PCM_FORMAT_S24_3BE,
-}
-_FORMAT_NAMES = {v: k for k, v in _PYALSA_FORMATS.items()}
-_STATE_XRUN = alsaaudio.PCM_STATE_XRUN
 
+class RwPcm(LibasoundPcm):
+    """One PCM opened for read/write interleaved access."""
 
-class RwPcm:
-    """One PCM opened for read/write interleaved access via pyalsaaudio."""
+    access = "rw"
 
-    def __init__(self, req: PcmRequest) -> None:
-        self.req = req
-        self.device = req.pcm
-        self.xruns = 0
-        format_code(req)  # unknown format names fail here, typed
-        kind = alsaaudio.PCM_CAPTURE if req.direction == "capture" else alsaaudio.PCM_PLAYBACK
-        try:
-            self._pcm = alsaaudio.PCM(type=kind, mode=alsaaudio.PCM_NORMAL, device=req.pcm,
-                                      rate=req.rate_hz, channels=req.channels,
-                                      format=_PYALSA_FORMATS[req.format],
-                                      periodsize=req.period_frames, periods=req.periods)
-        except alsaaudio.ALSAAudioError as exc:
-            raise from_pyalsaaudio(exc, req.pcm, "snd_pcm_open+hw_params") from None
-        try:
-            info = self._pcm.info()
-            got = Negotiated(rate_hz=info["rate"], channels=info["channels"],
-                             period_frames=info["period_size"],
-                             buffer_frames=info["buffer_size"],
-                             format=_FORMAT_NAMES.get(info["format"], str(info["format"])))
-            self.negotiated = accept(req, got)
-        except BaseException:
-            self._pcm.close()
-            raise
-        self._period = self.negotiated.period_frames
-        self._dtype = np.dtype(FORMATS[self.negotiated.format][1])
+    def __init__(self, req: PcmRequest, *, wait_timeout_ms: int = 200) -> None:
+        super().__init__(req, wait_timeout_ms=wait_timeout_ms)
+        self._buf: np.ndarray | None = None
+        self._addr = 0
+
+    def _address(self, buf: np.ndarray) -> int:
+        """Data address of the caller's period buffer (checked once per buffer)."""
+        if buf is not self._buf:
+            n = self.negotiated
+            if (buf.dtype != n.dtype or not buf.flags.c_contiguous
+                    or buf.size < n.period_frames * n.channels):
+                raise ValueError(f"{self.device}: period buffer must be C-contiguous "
+                                 f"{n.dtype} of {n.period_frames} x {n.channels}, got "
+                                 f"{buf.dtype} {buf.shape}")
+            self._buf, self._addr = buf, buf.ctypes.data
+        return self._addr
 
     def start(self) -> None:
-        """Playback: write one buffer of silence (pyalsaaudio starts on it). Capture: no-op."""
-        if self.req.direction != "playback":
-            return
-        n = self.negotiated
-        silence = np.zeros(n.period_frames * n.channels, dtype=self._dtype)
-        for _ in range(max(1, n.buffer_frames // n.period_frames)):
-            self._write(memoryview(silence).cast("B"))
-
-    def _write(self, data: memoryview) -> int:
-        if self._pcm.state() == _STATE_XRUN:
-            self.xruns += 1  # pyalsaaudio prepares before writing
-        try:
-            return self._pcm.write(data)
-        except alsaaudio.ALSAAudioError as exc:
-            err = from_pyalsaaudio(exc, self.device, "writei")
-            if isinstance(err, XrunError):
-                self.xruns += 1
-                return 0
-            raise err from None
+        """Playback: write one buffer of silence, then start. Capture: start."""
+        pcm = self._pcm
+        if self.req.direction == "playback":
+            n = self.negotiated
+            silence = np.zeros(n.buffer_frames * n.channels, dtype=n.dtype)
+            done = 0
+            while done < n.buffer_frames:
+                rc = lib.snd_pcm_writei(pcm, silence.ctypes.data + done * self._frame_bytes,
+                                        n.buffer_frames - done)
+                check(rc, self.device, "writei")
+                if rc == 0:
+                    break
+                done += rc
+        check(lib.snd_pcm_start(pcm), self.device, "start")
 
     def read(self, out: np.ndarray) -> int:
-        """Capture one period into `out`; 0 after an xrun (recovered)."""
-        if self._pcm.state() == _STATE_XRUN:
-            self.xruns += 1  # pyalsaaudio prepares before reading
+        """Capture one period into `out` (blocks ~a period); 0 after a recovered xrun."""
         try:
-            n, data = self._pcm.read()
-        except alsaaudio.ALSAAudioError as exc:
-            raise from_pyalsaaudio(exc, self.device, "readi") from None
-        if n < 0:
-            if n == -errno.EPIPE:
-                self.xruns += 1
-                return 0
-            raise_for(-n, self.device, "readi")
-        if n:
-            flat = out.reshape(-1)
-            flat[: n * self.negotiated.channels] = np.frombuffer(data, dtype=self._dtype)
-        return n
+            addr, got, period, fb = self._address(out), 0, self._period, self._frame_bytes
+            while got < period:
+                rc = lib.snd_pcm_readi(self._pcm, addr + got * fb, period - got)
+                if check(rc, self.device, "readi") == 0:
+                    break  # nothing moved (cannot happen in blocking mode): no spin
+                got += rc
+            return got
+        except XrunError as exc:
+            self._recover(exc)
+            return 0
 
     def write(self, src: np.ndarray) -> int:
-        """Play one period from `src`; returns frames written (0 after an xrun)."""
-        return self._write(memoryview(src).cast("B"))
-
-    def state(self) -> str:
-        return str(self._pcm.state())
+        """Play one period from `src` (blocks ~a period); 0 after a recovered xrun."""
+        try:
+            addr, done, period, fb = self._address(src), 0, self._period, self._frame_bytes
+            while done < period:
+                rc = lib.snd_pcm_writei(self._pcm, addr + done * fb, period - done)
+                if check(rc, self.device, "writei") == 0:
+                    break  # nothing moved (cannot happen in blocking mode): no spin
+                done += rc
+            return done
+        except XrunError as exc:
+            self._recover(exc)
+            return 0
 
     def close(self) -> None:
-        if self._pcm is not None:
-            self._pcm.close()
-            self._pcm = None
+        self._buf = None
+        super().close()

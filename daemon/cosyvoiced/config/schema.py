@@ -161,7 +161,8 @@ class AudioDeviceConfig:
     periods: int = opt(4, min=2, max=64)
     """Requested periods per buffer."""
     access: Literal["mmap", "rw"] = opt("rw")
-    """mmap: ctypes libasound binding (no allocation per period); rw: pyalsaaudio read/write."""
+    """mmap: the device's mmap area; rw: readi/writei (both ctypes libasound, no
+    allocation per period; ALSA's pulse plugin offers rw only)."""
     format: Literal["auto", "S16_LE", "FLOAT_LE"] = opt("auto")
     """Device sample format; auto: the ring's (FLOAT_LE for float32 rings), else converted."""
     ring_ms: int = opt(1000, min=20, max=60_000)
