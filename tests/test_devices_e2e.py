@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import threading
 import time
@@ -192,6 +193,10 @@ def duplex(pulse_server, tmp_path_factory):
              direction="capture", rate_hz=16000),
     ])
     yield d
+    d.signal(signal.SIGTERM)  # devices stop with the daemon, cleanly
+    assert d.wait() == 0
+    assert not [e for e in d.log_events() if e.get("level") in ("error", "critical")
+                or e.get("event") == "<raw>" and "Traceback" in e.get("line", "")]
     d.stop()
 
 

@@ -134,7 +134,8 @@ class Device:
         t = self.thread
         return t.negotiated.rate_hz if t is not None and t.negotiated is not None else None
 
-    async def stop(self) -> None:
+    async def shutdown(self) -> None:
+        """Stop the thread (the ring stays until `close_ring`)."""
         self.state = "stopped"
         if self.thread is not None:
             await asyncio.to_thread(self.thread.stop)

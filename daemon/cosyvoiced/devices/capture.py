@@ -15,6 +15,7 @@ from ..speech import Listening
 from .base import PUMP_S, Device
 
 LISTEN_RATE_HZ = 16000
+CLOSE_WAIT_S = 0.5
 
 
 class CaptureDevice(Device):
@@ -75,16 +76,18 @@ class CaptureDevice(Device):
                 self.voice_starts += 1
                 on_voice(self, ev)
 
-    async def stop(self) -> None:
+    async def shutdown(self) -> None:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         if self.listening is not None:
+            # close() waits for the worker to read the ring dry, and a part-window tail
+            # may never be read: bounded, so shutdown does not hang on it.
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.listening.close(), 2.0)
+                await asyncio.wait_for(self.listening.close(), CLOSE_WAIT_S)
             self.listening = None
-        await super().stop()
+        await super().shutdown()
 
     def status(self) -> dict[str, Any]:
         return {**super().status(), "stream": self.stream_id if self.listening else None,

@@ -91,7 +91,7 @@ class Devices:
             self._task = None
         for dev in self.playback:
             dev.stop()
-        await asyncio.gather(*(d.stop() for d in self.all), return_exceptions=True)
+        await asyncio.gather(*(d.shutdown() for d in self.all), return_exceptions=True)
         for dev in self.all:
             self.health.unregister(f"audio:{dev.name}")
             dev.export(self.metrics)

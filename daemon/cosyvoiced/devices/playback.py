@@ -32,11 +32,12 @@ class PlaybackDevice(Device):
         self.last_spoke_s = 0.0
         self._speaking: tuple[Synthesis, asyncio.Task[None], str] | None = None
         self._on_done: Any = None
+        self._flushed = False
 
     @property
     def speaking(self) -> bool:
-        """Synthesizing, or speech still in the ring."""
-        return self._speaking is not None or self.ring.available() > 0
+        """Synthesizing, or speech still in the ring (and not flushed)."""
+        return self._speaking is not None or (not self._flushed and self.ring.available() > 0)
 
     async def say(self, speech: Speech, text: str, options: SynthesisOptions,
                   stream_id: str) -> int:
@@ -49,6 +50,7 @@ class PlaybackDevice(Device):
         self.stop()
         task = asyncio.create_task(self._feed(synthesis, rate), name=f"play-{self.name}")
         self._speaking = (synthesis, task, stream_id)
+        self._flushed = False
         self.utterances += 1
         self.ring.set_playing(True)
         return rate
@@ -68,13 +70,9 @@ class PlaybackDevice(Device):
                 if chunk.rate_hz != rate_hz:  # a Speech that ignored the asked rate
                     resampler = resampler or StreamResampler(chunk.rate_hz, rate_hz)
                     audio = resampler.process(audio)
-                if channels > 1:
-                    audio = np.repeat(audio[:, None], channels, axis=1)
-                done, n = 0, audio.shape[0]
-                while done < n:
-                    done += ring.write(audio[done:])
-                    if done < n:
-                        await asyncio.sleep(PUMP_S)
+                await self._write(audio, channels)
+            if resampler is not None:
+                await self._write(resampler.flush(), channels)
             ring.set_playing(False)  # all of it is in the ring: short reads now are the end
             while ring.available() > 0:
                 await asyncio.sleep(PUMP_S)
@@ -82,9 +80,19 @@ class PlaybackDevice(Device):
             log.error("play_failed", device=self.name, error=str(exc),
                       code=getattr(exc, "code", "internal"))
         finally:
-            ring.set_playing(False)
             if self._speaking is not None and self._speaking[1] is asyncio.current_task():
+                ring.set_playing(False)  # not when replaced: the new speech owns the flag
                 self._finish_speaking()
+
+    async def _write(self, audio: np.ndarray, channels: int) -> None:
+        """All of `audio` into the ring, sleeping while it is full."""
+        if channels > 1:
+            audio = np.repeat(audio[:, None], channels, axis=1)
+        done, n = 0, audio.shape[0]
+        while done < n:
+            done += self.ring.write(audio[done:])
+            if done < n:
+                await asyncio.sleep(PUMP_S)
 
     def _finish_speaking(self) -> None:
         assert self._speaking is not None
@@ -102,7 +110,8 @@ class PlaybackDevice(Device):
             synthesis.cancel()
             task.cancel()
             self._finish_speaking()
-        self.ring.request_flush()
+        self.ring.request_flush()  # the thread drops it on its next period
+        self._flushed = True
         self.ring.set_playing(False)
         if was:
             self.stops += 1
