@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestServer
 from cosyvoiced.alsa.errors import DeviceNotFound
 from cosyvoiced.alsa.params import Negotiated, PcmRequest
 from cosyvoiced.config.schema import AudioConfig, AudioDeviceConfig
-from cosyvoiced.devices import Devices, DeviceUnavailable, UnknownDevice, base
+from cosyvoiced.devices import Devices, DeviceUnavailable, UnknownDevice, base, manager
 from cosyvoiced.health import Health
 from cosyvoiced.http.app import make_app
 from cosyvoiced.metrics import Metrics
@@ -101,9 +101,9 @@ class Rig:
 
 
 def run(devs: list[AudioDeviceConfig], body, *, missing: dict[str, int] | None = None,
-        **audio) -> None:
+        capacity: int = 100, **audio) -> None:
     async def main() -> None:
-        opener, speech = Opener(missing), FakeSpeech()
+        opener, speech = Opener(missing), FakeSpeech(capacity=capacity)
         streams, metrics, health = Streams(10), Metrics(), Health(5.0)
         devices = Devices(AudioConfig(devices=tuple(devs), **audio), speech, streams=streams,
                           metrics=metrics, health=health, opener=opener)
@@ -261,6 +261,19 @@ def test_counters_reach_the_metrics():
         assert s["xruns"] == 3 and s["underruns"] > 0 and s["period_frames"] == 220
 
     run([spk()], body)
+
+
+def test_a_refused_listener_is_asked_for_again(monkeypatch):
+    monkeypatch.setattr(manager, "LISTEN_RETRY_S", 0.2)
+
+    async def body(rig: Rig) -> None:
+        await asyncio.sleep(0.3)
+        assert not rig.speech.listens and rig.devices.capture[0].state == "running"
+        rig.speech.capacity = 100
+        await until(lambda: rig.speech.listens)
+        assert rig.devices.capture[0].status()["stream"] == "device:mic"
+
+    run([mic()], body, capacity=0)
 
 
 # -- HTTP --------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ class CaptureDevice(Device):
         super().__init__(*args, **kw)
         self.stream_id = f"device:{self.name}"
         self.listening: Listening | None = None
+        self.listen_retry_at_s = 0.0
         self.voice_starts = 0
         self.gated_s = 0.0
         """Seconds of captured audio replaced by silence (half duplex)."""

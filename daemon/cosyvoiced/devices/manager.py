@@ -32,6 +32,8 @@ log = structlog.get_logger(__name__)
 
 START_WAIT_S = 3.0
 """How long start() waits for the devices' first open before reporting them."""
+LISTEN_RETRY_S = 5.0
+"""A listening stream the workers refused is asked for again after this."""
 
 
 class Devices:
@@ -110,14 +112,17 @@ class Devices:
     async def _supervise_once(self) -> None:
         now = time.monotonic()
         for dev in self.all:
-            if dev.supervise(now) and isinstance(dev, CaptureDevice) and dev.listening is None:
+            dev.supervise(now)
+            if (isinstance(dev, CaptureDevice) and dev.state == "running"
+                    and dev.listening is None and now >= dev.listen_retry_at_s):
                 await self._listen(dev)
 
     async def _listen(self, dev: CaptureDevice) -> None:
         try:
             listening = await self.speech.listen(LISTEN_RATE_HZ, dev.stream_id)
-        except Exception as exc:  # the pool refused: the device stays open, unheard
-            log.error("device_listen_failed", device=dev.name,
+        except Exception as exc:  # the pool refused: the device stays open, asked again
+            dev.listen_retry_at_s = time.monotonic() + LISTEN_RETRY_S
+            log.error("device_listen_failed", device=dev.name, retry_in_s=LISTEN_RETRY_S,
                       code=getattr(exc, "code", "internal"), error=str(exc))
             return
         dev.start_listening(listening, self._gate, self._on_voice)
