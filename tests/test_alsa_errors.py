@@ -19,7 +19,6 @@ from cosyvoiced.alsa.errors import (
     XrunError,
     check,
     classify,
-    from_pyalsaaudio,
 )
 from cosyvoiced.alsa.mmap import MmapPcm
 from cosyvoiced.alsa.params import Negotiated, PcmRequest
@@ -85,13 +84,6 @@ def test_check_passes_success_and_types_failures():
     assert classify(errno.EINVAL, "hw_params_set_format") is UnsupportedFormat
     assert classify(errno.EINVAL, "hw_params_set_period_size") is PeriodRefused
     assert issubclass(PeriodRefused, UnsupportedFormat) and issubclass(DeviceGone, AlsaError)
-
-
-def test_pyalsaaudio_text_maps_back_to_typed_errors():
-    err = from_pyalsaaudio(Exception("No such device [hw:3]"), "hw:3", "readi")
-    assert isinstance(err, DeviceGone) and err.errno == errno.ENODEV
-    err = from_pyalsaaudio(Exception("Broken pipe [x]"), "x", "writei")
-    assert isinstance(err, XrunError)
 
 
 # -- a fake device at the backend interface ------------------------------------------------

@@ -1,16 +1,13 @@
 """Typed ALSA errors and the one gate every native return code goes through.
 
 `check(rc, device, op)` turns a negative libasound return code into a typed error that
-names the device and the call; `from_pyalsaaudio(exc, device, op)` does the same for
-pyalsaaudio's untyped `ALSAAudioError` (which only carries strerror text). Callers
-catch by class: `XrunError` is recovered in place, `DeviceGone` triggers a reopen with
+names the device and the call. Callers catch by class: `XrunError` is recovered in place, `DeviceGone` triggers a reopen with
 back-off, the rest are configuration problems reported once.
 """
 
 from __future__ import annotations
 
 import errno
-import os
 
 __all__ = [
     "AlsaError",
@@ -23,7 +20,6 @@ __all__ = [
     "XrunError",
     "check",
     "classify",
-    "from_pyalsaaudio",
 ]
 
 
@@ -133,20 +129,3 @@ def raise_for(errno_code: int, device: str, op: str, detail: str = "") -> None:
     """Raise the typed error for a positive errno (for checks done outside libasound)."""
     text = f"{op}: {_strerror(errno_code)}" + (f" ({detail})" if detail else "")
     raise classify(errno_code, op)(errno_code, device, text)
-
-
-def _errno_from_text(text: str) -> int:
-    """pyalsaaudio only gives "strerror [device]": map the text back to an errno."""
-    head = text.rsplit(" [", 1)[0].strip()
-    for code in sorted(errno.errorcode):
-        if os.strerror(code) == head:
-            return code
-    return errno.EIO if "input/output" in head.lower() else 0
-
-
-def from_pyalsaaudio(exc: Exception, device: str, op: str) -> AlsaError:
-    """Typed error for an `alsaaudio.ALSAAudioError` raised by operation `op`."""
-    text = str(exc.args[0]) if exc.args else str(exc)
-    code = _errno_from_text(text)
-    cls = classify(code, op) if code else AlsaError
-    return cls(code, device, f"{op}: {text.rsplit(' [', 1)[0]}")
