@@ -216,13 +216,30 @@ class JudgeRun:
     asr_s: float
 
 
+def _cache_file(cache_dir: Path, model_path: str | Path, texts: list[str], seed: int) -> Path:
+    """Transcripts are reusable for the same model file, texts, seed and synthesis code."""
+    import hashlib
+
+    from cosyvoiced.onnx import file_sha256
+    from cosyvoiced.tts import plan, synth
+
+    h = hashlib.sha256("\n".join(texts).encode())
+    for mod in (plan, synth):
+        h.update(Path(mod.__file__).read_bytes())
+    return cache_dir / f"{file_sha256(model_path)[:16]}-{h.hexdigest()[:16]}-seed{seed}.json"
+
+
 def judge_model(model_path: str | Path, config_path: str | Path, texts: list[str],
                 seeds: list[int], whisper: WhisperJudge, threads: int = 2,
-                log: bool = True) -> JudgeRun:
+                log: bool = True, cache_dir: Path | None = None) -> JudgeRun:
     hyps_by_seed = []
     synth_s = asr_s = 0.0
     with tempfile.TemporaryDirectory(prefix="judge-") as tmp:
         for seed in seeds:
+            cached = _cache_file(cache_dir, model_path, texts, seed) if cache_dir else None
+            if cached is not None and cached.is_file():
+                hyps_by_seed.append(json.loads(cached.read_text(encoding="utf-8")))
+                continue
             copy = Path(tmp) / f"seed{seed}.onnx"
             seeded_copy(model_path, seed, copy)
             t0 = time.perf_counter()
@@ -230,6 +247,9 @@ def judge_model(model_path: str | Path, config_path: str | Path, texts: list[str
             t1 = time.perf_counter()
             hyps_by_seed.append(whisper.transcribe(clips))
             t2 = time.perf_counter()
+            if cached is not None:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                cached.write_text(json.dumps(hyps_by_seed[-1]), encoding="utf-8")
             synth_s += t1 - t0
             asr_s += t2 - t1
             copy.unlink()

@@ -31,7 +31,8 @@ import judge  # noqa: E402
 WER_MEAN_MAX = 0.5
 WER_UPPER_MAX = 1.5
 VARIANTS = ("dyn_quint8_matmul_conv", "dyn_qint8_default", "dyn_qint8_per_channel",
-            "static_qdq_per_channel", "static_qdq_per_channel_add_lrelu")
+            "static_qdq_per_channel", "static_qdq_per_channel_add_lrelu",
+            "static_qdq_dec_add_lrelu")
 CALIBRATION = judge.DATA / "calibration_en.txt"
 
 
@@ -83,7 +84,7 @@ def build_variant(name: str, src: Path, out: Path, calib_ids: list[list[int]],
     elif name == "dyn_qint8_per_channel":
         quantize_dynamic(src, out, weight_type=QuantType.QInt8, per_channel=True,
                          op_types_to_quantize=ops)
-    elif name.startswith("static_qdq_per_channel"):
+    elif name.startswith("static_qdq"):
         from onnxruntime.quantization.shape_inference import quant_pre_process
 
         pre = work / "preprocessed.onnx"
@@ -91,10 +92,16 @@ def build_variant(name: str, src: Path, out: Path, calib_ids: list[list[int]],
             quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
         if name.endswith("_add_lrelu"):  # keeps residual adds and activations in INT8 too
             ops = [*ops, "Add", "LeakyRelu"]
+        nodes = None
+        if "_dec_" in name:  # only the HiFi-GAN decoder (audio-rate convs: most of the time);
+            import onnx  # text encoder, duration predictor and flow stay FP32
+
+            graph = onnx.load(str(pre), load_external_data=False).graph
+            nodes = [n.name for n in graph.node if n.name.startswith("/dec/")]
         quantize_static(pre, out, _Calibration(calib_ids, scales), quant_format=QuantFormat.QDQ,
                         per_channel=True, weight_type=QuantType.QInt8,
                         activation_type=QuantType.QUInt8, op_types_to_quantize=ops,
-                        calibrate_method=CalibrationMethod.MinMax)
+                        nodes_to_quantize=nodes, calibrate_method=CalibrationMethod.MinMax)
     else:
         raise ValueError(name)
 
@@ -154,8 +161,9 @@ def render_markdown(report: dict) -> str:
         wd, cd = v.get("wer_diff"), v.get("cer_diff")
         wd_s = f"{wd[0]:+.2f} [{wd[1]:+.2f}, {wd[2]:+.2f}]" if wd else "-"
         cd_s = f"{cd[0]:+.2f} [{cd[1]:+.2f}, {cd[2]:+.2f}]" if cd else "-"
+        mark = " (earlier run)" if "from_run" in v else ""
         lines.append(
-            f"| {name} | {v['size_mb']:.1f} | {v['rtf']:.4f} | {v['time_ratio']:.2f}x "
+            f"| {name}{mark} | {v['size_mb']:.1f} | {v['rtf']:.4f} | {v['time_ratio']:.2f}x "
             f"| {v['fidelity']['logmel_l1']:.4f} | {v['fidelity']['duration_ratio']:.3f} "
             f"| {v['wer_pct']:.2f} | {wd_s} | {cd_s} | {len(v['seeds'])} | {v.get('passed', '-')} |")
     lines += ["", f"Kept: **{report['kept'] or 'none'}**", ""]
@@ -179,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rtf-rounds", type=int, default=5)
     p.add_argument("--fidelity-sentences", type=int, default=20)
     p.add_argument("--threads", type=int, default=2, help="threads for judging (not RTF)")
+    p.add_argument("--merge-report", help="gate-report.json of an earlier run: its variants "
+                   "join the table and the choice (time ratios are each run's own)")
     args = p.parse_args(argv)
 
     from cosyvoiced.onnx import file_sha256
@@ -220,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     for name, path in models.items():
         slow = rtf[name] >= rtf["fp32"] and name != "fp32"
         run = judge.judge_model(path, config_path, texts,
-                                seeds[:args.slow_seeds] if slow else seeds, whisper, args.threads)
+                                seeds[:args.slow_seeds] if slow else seeds, whisper, args.threads,
+                                cache_dir=out_dir / "judge-cache")
         scores[name] = judge.score(refs, run.hyps_by_seed)
         print(f"{name}: WER {100 * scores[name].wer:.2f}%", file=sys.stderr, flush=True)
 
@@ -248,15 +259,24 @@ def main(argv: list[str] | None = None) -> int:
             v["cer_diff"] = judge.bootstrap_diff(s.char_errors, base.char_errors[:k],
                                                  base.char_counts)
             v["passed"] = bool(v["wer_diff"][0] <= WER_MEAN_MAX and v["wer_diff"][2] <= WER_UPPER_MAX)
-            if v["passed"] and v["time_ratio"] < 1.0 and (best is None or rtf[name] < rtf[best]):
-                best = name
         report["variants"][name] = v
+    if args.merge_report:  # variants judged in an earlier run (their own FP32 baseline)
+        prev = json.loads(Path(args.merge_report).read_text(encoding="utf-8"))
+        for name, v in prev["variants"].items():
+            if name not in report["variants"]:
+                report["variants"][name] = {**v, "from_run": prev["created"]}
+    for name, v in report["variants"].items():
+        if name != "fp32" and v["passed"] and v["time_ratio"] < 1.0 and (
+                best is None or v["time_ratio"] < report["variants"][best]["time_ratio"]):
+            best = name
     report["kept"] = best
 
-    for stale in out_dir.glob(f"{voice}.*.onnx"):
-        stale.unlink()
     manifest_path = out_dir / MANIFEST
-    if best is not None:
+    if best is not None and best not in models:  # kept by the earlier run: leave it there
+        pass
+    elif best is not None:
+        for stale in out_dir.glob(f"{voice}.*.onnx"):
+            stale.unlink()
         kept = out_dir / models[best].name
         shutil.copy2(models[best], kept)
         v = report["variants"][best]
@@ -265,8 +285,10 @@ def main(argv: list[str] | None = None) -> int:
                     "rtf": v["rtf"], "rtf_fp32": rtf["fp32"], "wer_diff": v["wer_diff"],
                     "wer_fp32_pct": 100 * base.wer, "created": report["created"]}
         manifest_path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-    elif manifest_path.exists():
-        manifest_path.unlink()
+    else:
+        for stale in out_dir.glob(f"{voice}.*.onnx"):
+            stale.unlink()
+        manifest_path.unlink(missing_ok=True)
     (out_dir / "gate-report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     md = render_markdown(report)
     (out_dir / "gate-report.md").write_text(md, encoding="utf-8")
