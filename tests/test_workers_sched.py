@@ -15,17 +15,23 @@ pytestmark = pytest.mark.e2e
 SHORT = ["Yes, of course.", "Sure, right away.", "Okay, no problem.", "All right, thanks.",
          "Good, let us see.", "Fine, one moment."]
 LONG = ("The technician will visit your home between nine and eleven tomorrow morning "
-        "to check the line.")
+        "to check the line and replace the old router that keeps dropping your connection.")
 
 
 def measure(runner, text: str) -> tuple[float, float]:
-    """(RTF, seconds of audio) of `text` synthesized alone."""
-    h = runner.call(runner.pool.open_tts_stream())
+    """(RTF, seconds of audio) of `text`, both workers synthesizing at once.
+
+    Measured with every worker busy, as in the runs that follow: on a shared machine a
+    lone worker gets more of the CPU than each of two busy ones.
+    """
+    hs = [runner.call(runner.pool.open_tts_stream()) for _ in runner.pool.slots]
     try:
-        done = runner.call(h.wait(runner.call(h.say(text))), 60)
-        return done.rtf, done.samples / h.rate_hz
+        rids = [runner.call(h.say(text)) for h in hs]
+        dones = [runner.call(h.wait(r), 60) for h, r in zip(hs, rids, strict=True)]
+        return max(d.rtf for d in dones), dones[0].samples / hs[0].rate_hz
     finally:
-        runner.call(h.close())
+        for h in hs:
+            runner.call(h.close())
 
 
 def run_mix(runner, texts: list[str], policy: str, lookahead_s: float) -> dict[str, int]:
@@ -59,14 +65,14 @@ def test_edf_keeps_every_stream_fed_where_fifo_starves_short_clauses(pool_runner
     # Per worker: S short-clause streams and L long-clause ones. FIFO serves them round
     # robin, so a short stream gets short_s of audio per round of L long clauses: it
     # starves once L * rtf * long_s + S * rtf * short_s exceeds short_s (30% margin).
-    s_per = 2
+    s_per = 1
     l_per = max(1, math.ceil((1.3 * short_s - s_per * rtf * short_s) / (rtf * long_s)))
     demand = (l_per + s_per) * rtf
     print(f"rtf={rtf:.3f} long={long_s:.2f}s short={short_s:.2f}s L={l_per} S={s_per} "
           f"demand/worker={demand:.2f}")
-    assert demand < 0.8, "machine too slow right now for a fair comparison"
-    lookahead_s = 2.5
-    assert rtf * long_s < lookahead_s - short_s, "one long clause would outlast the lookahead"
+    assert demand < 0.7, "machine too slow right now for a fair comparison"
+    lookahead_s = 3.0
+    assert rtf * long_s < lookahead_s, "one long text would outlast the lookahead"
     texts = []
     for _ in range(2):  # two workers
         texts += [" ".join(SHORT * 2)] * s_per + [" ".join([LONG] * 4)] * l_per
@@ -80,7 +86,7 @@ def test_edf_keeps_every_stream_fed_where_fifo_starves_short_clauses(pool_runner
 def test_requests_beyond_capacity_are_refused_and_admitted_streams_keep_up(pool_runner):
     runner, pool = pool_runner, pool_runner.pool
     busy_max = pool.admission.busy_max
-    pool.admission.busy_max = 0.5
+    pool.admission.busy_max = 0.4
     time.sleep(1.5)  # let the busy figures settle after the previous test
     reader = PacedReader()
     reader.start()

@@ -266,10 +266,14 @@ def load(index: int, speaking: int = 0, busy: float = 0.0, rtf: float = 0.1,
     return WorkerLoad(index, alive, busy, rtf, 60.0, speaking, 0, speaking)
 
 
-def test_admission_picks_the_least_loaded_worker():
+def test_admission_spreads_streams_then_picks_the_least_loaded():
     adm = Admission(busy_max=0.85, max_streams=10)
     assert adm.choose([load(0, speaking=3), load(1, speaking=1)], "tts") == 1
     assert adm.choose([load(0, busy=0.1), load(1, busy=0.5)], "tts") == 0
+    # equal stream counts first: idle open streams may speak any moment
+    busy_few = WorkerLoad(0, True, 0.5, 0.1, 60.0, 0, 0, 1)
+    idle_many = WorkerLoad(1, True, 0.0, 0.1, 60.0, 0, 0, 3)
+    assert adm.choose([busy_few, idle_many], "tts") == 0
     assert adm.choose([load(0, alive=False), load(1, speaking=5)], "tts") == 1
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import statistics
+import sys
 import threading
 import time
 import wave
@@ -48,6 +49,7 @@ def _pool(loop: asyncio.AbstractEventLoop, **workers):
     from cosyvoiced.workers.process import WorkerSetup
 
     wc = WorkersConfig(count=2, cpus="0-1", onnx_threads=1, admit_busy_max=4.0, spare=False,
+                       max_streams=100000,
                        **workers)
     setup = WorkerSetup(tts=TtsConfig(), vad=VadConfig(), cache_dir="/tmp/cosyvoiced-bench",
                         state_dir=None, lookahead_s=wc.lookahead_s, vad_capacity=2048,
@@ -214,6 +216,7 @@ def run(quick: bool) -> Report:
         step = max(1, int(limit * 0.1))
         for _ in range(2 if quick else 5):
             r = _tts_run(loop, pool, n)
+            print(f"tts N={n}: {r}", file=sys.stderr, flush=True)
             results.append(r)
             rep.rows.append([f"tts N={n}", r["underruns"], "underruns",
                              f"ttfa p50 {r['ttfa_p50_s']:.2f}s p95 {r['ttfa_p95_s']:.2f}s; "
@@ -235,8 +238,9 @@ def run(quick: bool) -> Report:
         rep.figures["vad_us_per_window"] = cost
         audio = _speech16k(30)
         vad_best, vad_runs = 0, []
-        for n in ((600, 1000) if quick else (800, 1000, 1200, 1400)):
+        for n in ((300, 600) if quick else (400, 600, 800, 1000, 1200)):
             r = _vad_run(loop, pool, n, 4 if quick else 8, audio)
+            print(f"vad N={n}: {r}", file=sys.stderr, flush=True)
             vad_runs.append(r)
             rep.rows.append([f"vad N={n}", "ok" if r["ok"] else "FAIL", "",
                              f"overruns {r['overruns']} backlog {r['backlog']} cpu "

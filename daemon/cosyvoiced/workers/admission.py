@@ -68,11 +68,12 @@ class Admission:
         return load.vad_us * 1e-6 * 0.5 / VAD_WINDOW_S
 
     def choose(self, loads: Sequence[WorkerLoad], kind: str) -> int:
-        """Index of the least loaded worker that can take one more `kind` stream."""
+        """Index of the worker with the fewest streams, if it can take one more `kind`."""
         live = [w for w in loads if w.alive]
         if not live:
             raise self._refuse("no inference worker is running")
-        best = min(live, key=lambda w: (w.load(), w.streams, w.index))
+        # Spread streams evenly (an open stream may speak any moment), then by load.
+        best = min(live, key=lambda w: (w.streams, w.load(), w.index))
         if best.load() + self.cost(best, kind) > self.busy_max:
             raise self._refuse(
                 f"every worker is at its real-time capacity (least loaded: worker "
