@@ -32,7 +32,7 @@ WER_MEAN_MAX = 0.5
 WER_UPPER_MAX = 1.5
 VARIANTS = ("dyn_quint8_matmul_conv", "dyn_qint8_default", "dyn_qint8_per_channel",
             "static_qdq_per_channel", "static_qdq_per_channel_add_lrelu",
-            "static_qdq_dec_add_lrelu")
+            "static_qdq_dec_add_lrelu", "static_qdq_dec_conv")
 CALIBRATION = judge.DATA / "calibration_en.txt"
 
 
