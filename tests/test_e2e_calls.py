@@ -8,6 +8,7 @@ import json
 import signal
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -110,6 +111,10 @@ def test_twenty_concurrent_calls_paced_and_isolated(daemon_factory):
     assert p99 < 10.0
     started = {e["stream"] for _, e in events if e["type"] == "voice_started"}
     assert {str(p.call.call_id) for p in calls} <= started  # every caller was heard
+    metrics = urllib.request.urlopen(f"{http}/metrics", timeout=10).read().decode()
+    underruns = [float(line.split()[-1]) for line in metrics.splitlines()
+                 if line.startswith('cosyvoiced_underruns_total{kind="call"}')]
+    assert underruns == [0.0], underruns  # every greeting played without a gap
     d.signal(signal.SIGTERM)
     assert d.wait(60) == 0
 

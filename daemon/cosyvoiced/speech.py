@@ -53,6 +53,8 @@ class Listening(Protocol):
     """One admitted listening stream: feed audio, read events, close to flush."""
 
     rate_hz: int
+    dropped: int
+    """Samples dropped because the stream's capture ring was full."""
 
     def feed(self, samples: np.ndarray) -> None:
         """Queue float32 mono samples at `rate_hz`; never blocks."""

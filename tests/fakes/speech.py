@@ -42,6 +42,7 @@ class FakeListening:
 
     def __init__(self, rate_hz: int) -> None:
         self.rate_hz = rate_hz
+        self.dropped = 0
         self.queue: asyncio.Queue[ListenEvent] = asyncio.Queue()
         self.pos = 0
         self.start: int | None = None

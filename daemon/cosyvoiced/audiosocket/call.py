@@ -104,17 +104,21 @@ class Call:
         self.stop_speaking()
         task = asyncio.create_task(self._feed(synthesis))
         self._speaking = (synthesis, task)
-        self._playout.set_playing(True)
 
     async def _feed(self, synthesis: Synthesis) -> None:
+        """Write speech into the playout ring as it comes. The ring counts an underrun for
+        each tick it comes up short between the first chunk and the last (not while
+        waiting for first audio, not after the end)."""
         try:
             async for chunk in synthesis:
                 pcm = np.frombuffer(chunk.data, dtype=np.int16)
                 done = 0
                 while done < pcm.shape[0]:
                     done += self._playout.write(pcm[done:])
+                    self._playout.set_playing(True)
                     if done < pcm.shape[0]:
                         await asyncio.sleep(FRAME_SAMPLES / RATE_HZ / 2)
+            self._playout.set_playing(False)
         except Exception as exc:  # a failed synthesis ends the speech, not the call
             log.error("call_speech_failed", call_id=self.id, error=str(exc),
                       code=getattr(exc, "code", "internal"))
@@ -228,9 +232,13 @@ class Call:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 self.writer.write(Hangup().encode())
         self.writer.close()
+        underruns = self._playout.stats().underruns
         self._playout.close()
         self._playout.unlink()
+        self.metrics.underruns.labels("call").inc(underruns)
+        self.metrics.dropped_frames.labels("call").inc(self.listening.dropped)
         level = "info" if self.end_reason in ("hangup", "peer_closed") else "warning"
         getattr(log, level)("call_ended", call_id=self.id, reason=self.end_reason,
                             duration_s=round(time.monotonic() - self.started_s, 3),
-                            frames_sent=self.frames_sent, barge_ins=self.barge_ins)
+                            frames_sent=self.frames_sent, barge_ins=self.barge_ins,
+                            underruns=underruns, dropped_frames=self.listening.dropped)
