@@ -14,8 +14,12 @@ matrix applied with `np.dot` does not, at similar cost for 400-point frames). Th
 in float64 so that low-energy bins stay exact (a float32 DFT by matrix product is off by
 up to 40 % on the near-empty 4-8 kHz bins of upsampled telephone audio; float64 by < 1e-6).
 
-librosa is imported only to design the filterbank (at construction): its import pulls
-numba and scipy, about 1.7-1.9 s and ~200 MB RSS per process on this machine.
+librosa is imported only to design the filterbank: its import pulls numba and scipy,
+about 1.7-1.9 s and ~200 MB RSS per process on this machine. With a `cache_dir` the
+designed filterbank is saved there as `.npy`, keyed by its parameters and librosa's
+version, and loaded from there next time, so librosa is imported at most once per
+machine (the first run); within a process the window, DFT matrices and filterbank are
+made once and shared, read-only, by every `MelStream`.
 
 Accuracy (tests/test_mel.py): mel power equals `librosa.feature.melspectrogram` with the
 same parameters within 1e-4 *relative* on every element; dB mel and MFCC equal librosa's
@@ -32,7 +36,12 @@ is global and is not applied here (`top_db=None` semantics).
 
 from __future__ import annotations
 
+import functools
+import os
+import tempfile
 from dataclasses import dataclass, replace
+from importlib import metadata
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -108,13 +117,78 @@ def _check(spec: MelSpec) -> None:
         raise MelError("MFCC are computed from dB mel: use log='db'")
 
 
-def mel_filterbank(spec: MelSpec) -> np.ndarray:
-    """`[n_mels, n_fft // 2 + 1]` Slaney mel filterbank from librosa (float64)."""
+def _librosa_version() -> str:
+    try:
+        return metadata.version("librosa")
+    except metadata.PackageNotFoundError:
+        return "none"
+
+
+def filterbank_cache_path(spec: MelSpec, cache_dir: str | os.PathLike[str]) -> Path:
+    """Where the filterbank of `spec` is cached (parameters and librosa's version)."""
+    fmax = "nyq" if spec.fmax_hz is None else f"{spec.fmax_hz:g}"
+    name = (f"melfb-sr{spec.rate_hz}-fft{spec.n_fft}-m{spec.n_mels}-f{spec.fmin_hz:g}-{fmax}"
+            f"-librosa{_librosa_version()}.npy")
+    return Path(cache_dir) / "mel" / name
+
+
+def _design(spec: MelSpec) -> np.ndarray:
     import librosa.filters  # imported here: heavy (numba, scipy); only needed once
 
     return np.asarray(librosa.filters.mel(sr=spec.rate_hz, n_fft=spec.n_fft, n_mels=spec.n_mels,
                                           fmin=spec.fmin_hz, fmax=spec.fmax_hz,
                                           dtype=np.float64), dtype=np.float64)
+
+
+def _load_cached(path: Path, shape: tuple[int, int]) -> np.ndarray | None:
+    try:
+        fb = np.load(path, allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    if fb.shape != shape or fb.dtype != np.float64 or not np.isfinite(fb).all():
+        return None  # a damaged or foreign file: design it again
+    return fb
+
+
+def _save_cached(path: Path, fb: np.ndarray) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, fb, allow_pickle=False)
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the old or the whole file
+    except OSError:
+        pass  # a read-only cache only costs the librosa import next time
+
+
+@functools.lru_cache(maxsize=16)
+def _filterbank(spec: MelSpec, cache_dir: str | None) -> np.ndarray:
+    shape = (spec.n_mels, spec.n_fft // 2 + 1)
+    path = filterbank_cache_path(spec, cache_dir) if cache_dir else None
+    fb = _load_cached(path, shape) if path is not None and path.is_file() else None
+    if fb is None:
+        fb = _design(spec)
+        if path is not None:
+            _save_cached(path, fb)
+    fb.setflags(write=False)
+    return fb
+
+
+def mel_filterbank(spec: MelSpec, cache_dir: str | os.PathLike[str] | None = None) -> np.ndarray:
+    """`[n_mels, n_fft // 2 + 1]` Slaney mel filterbank from librosa (float64, read-only),
+    made once per process and, with `cache_dir`, once per machine."""
+    return _filterbank(replace(spec, log="power", n_mfcc=0, whisper_tail=False,
+                               pad_mode="constant", hop=1),
+                       str(cache_dir) if cache_dir is not None else None)
+
+
+@functools.lru_cache(maxsize=16)
+def _shared(n_fft: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Window and folded DFT matrices for `n_fft`, made once per process (read-only)."""
+    out = (hann(n_fft), *folded_dft(n_fft))
+    for a in out:
+        a.setflags(write=False)
+    return out  # type: ignore[return-value]
 
 
 def hann(n_fft: int) -> np.ndarray:
@@ -199,14 +273,14 @@ class MelStream:
 
     _HOPS_PER_COMPACTION = 64
 
-    def __init__(self, spec: MelSpec = WHISPER) -> None:
+    def __init__(self, spec: MelSpec = WHISPER, *,
+                 cache_dir: str | os.PathLike[str] | None = None) -> None:
         _check(spec)
         self.spec = spec
         self._half = spec.n_fft // 2
         bins = spec.n_fft // 2 + 1
-        self._win = hann(spec.n_fft)
-        self._cos, self._sin = folded_dft(spec.n_fft)
-        self._fb = mel_filterbank(spec)
+        self._win, self._cos, self._sin = _shared(spec.n_fft)
+        self._fb = mel_filterbank(spec, cache_dir)
         self._dct = dct_matrix(spec.n_mfcc, spec.n_mels) if spec.n_mfcc else None
         length = spec.n_fft + self._HOPS_PER_COMPACTION * spec.hop
         self._sig = np.zeros(max(length, 3 * spec.n_fft), dtype=np.float64)

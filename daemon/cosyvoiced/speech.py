@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import AsyncIterator
 from typing import Protocol
 
@@ -130,7 +131,13 @@ class PoolSynthesis:
 
 class PoolListening:
     """Feeds a listen stream's capture ring and relays its events (the pool itself
-    publishes them on the daemon's event bus)."""
+    publishes them on the daemon's event bus).
+
+    A live frame that finds the ring full is dropped and counted (the worker is behind);
+    a feed of `BULK_S` or more at once (an upload) is kept and pumped into the ring as
+    the worker reads it, so nothing of it is lost."""
+
+    BULK_S = 0.25
 
     def __init__(self, handle: ListenHandle) -> None:
         self.handle = handle
@@ -138,41 +145,75 @@ class PoolListening:
         self.dropped = 0
         self._events: asyncio.Queue[ListenEvent | None] = asyncio.Queue()
         self._finals: list[Transcript] = []
+        self._returned = 0
+        self._backlog: deque[np.ndarray] = deque()
+        self._pump: asyncio.Task[None] | None = None
         self._relay = asyncio.create_task(self._run_relay())
 
     def feed(self, samples: np.ndarray) -> None:
         if samples.dtype != np.float32:
             samples = samples.astype(np.float32)
-        if self.handle.ring.write(samples) == 0 and samples.shape[0]:
-            self.dropped += samples.shape[0]
+        n = samples.shape[0]
+        if not n:
+            return
+        if not self._backlog and self.handle.ring.write(samples):
+            return
+        if self._backlog or n >= self.BULK_S * self.rate_hz:
+            self._backlog.append(samples)
+            if self._pump is None or self._pump.done():
+                self._pump = asyncio.create_task(self._run_pump())
+        else:
+            self.dropped += n
+
+    async def _run_pump(self) -> None:
+        ring = self.handle.ring
+        while self._backlog:
+            head = self._backlog[0]
+            take = min(head.shape[0], ring.room())
+            if take and ring.write(head[:take]):
+                if take == head.shape[0]:
+                    self._backlog.popleft()
+                else:
+                    self._backlog[0] = head[take:]
+            else:
+                await asyncio.sleep(POLL_S)
+
+    def _relay_one(self, msg: object) -> None:
+        if isinstance(msg, m.ListenEvent):
+            ev = msg.event
+            if isinstance(ev, Transcript):
+                self._finals.append(ev)
+            self._events.put_nowait(ev)
+        elif isinstance(msg, m.StreamError):
+            log.warning("listen_stream_error", stream_id=self.handle.stream_id,
+                        code=msg.code, error=msg.message)
 
     async def _run_relay(self) -> None:
         while True:
-            msg = await self.handle.events.get()
-            if isinstance(msg, m.ListenEvent):
-                ev = msg.event
-                if isinstance(ev, Transcript):
-                    self._finals.append(ev)
-                self._events.put_nowait(ev)
-            elif isinstance(msg, m.StreamError):
-                log.warning("listen_stream_error", stream_id=self.handle.stream_id,
-                            code=msg.code, error=msg.message)
+            self._relay_one(await self.handle.events.get())
 
     async def events(self) -> AsyncIterator[ListenEvent]:
         while (ev := await self._events.get()) is not None:
             yield ev
 
     async def close(self) -> list[Transcript]:
-        """End the stream once the worker has read what is left in the ring; returns the
-        transcripts that arrived meanwhile (a pending utterance is not yet flushed)."""
-        before = len(self._finals)
+        """End the stream: the worker reads what is left (an upload still being pumped
+        included), ends an open utterance and transcribes it, then acknowledges. Returns
+        the transcripts that arrived since the last `close()` returned."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + CLOSE_TIMEOUT_S
-        while self.handle.ring.available() and loop.time() < deadline:
+        while self._backlog and not self.handle.closed and loop.time() < deadline:
             await asyncio.sleep(POLL_S)
+        if self._pump is not None:
+            self._pump.cancel()
+        if not await self.handle.flush_close(max(0.1, deadline - loop.time())):
+            log.warning("listen_close_unacknowledged", stream_id=self.handle.stream_id)
         self._relay.cancel()
-        await self.handle.close()
-        return self._finals[before:]
+        while not self.handle.events.empty():  # what came before the ack, in order
+            self._relay_one(self.handle.events.get_nowait())
+        out = self._finals[self._returned:]
+        self._returned = len(self._finals)
+        return out
 
 
 class PoolSpeech:

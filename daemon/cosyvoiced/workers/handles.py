@@ -139,7 +139,35 @@ class ListenHandle(StreamHandle):
 
     kind = "listen"
 
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._flushed: asyncio.Future[bool] | None = None
+
+    def _deliver(self, msg: object) -> None:
+        if isinstance(msg, m.StreamClosed):
+            if self._flushed is not None and not self._flushed.done():
+                self._flushed.set_result(True)
+            return
+        super()._deliver(msg)
+
     def _worker_lost(self) -> None:
         super()._worker_lost()
         self._deliver(m.StreamError(self.stream_id, -1, WorkerLost.code,
                                     f"worker {self.worker} died; VAD state was reset"))
+        if self._flushed is not None and not self._flushed.done():
+            self._flushed.set_result(False)
+
+    async def flush_close(self, timeout_s: float) -> bool:
+        """Close after the worker has read the ring to its end, ended an open utterance
+        and sent its transcript (events before the ack are in `events`); False if the
+        ack did not come within `timeout_s` (or the worker died). Then `close()`."""
+        if self.closed:
+            return False
+        self._flushed = fut = self.loop.create_future()
+        try:
+            self.pool._send_to(self, m.CloseStream(self.stream_id))
+            return await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            return False
+        finally:
+            await self.close()

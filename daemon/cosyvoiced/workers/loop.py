@@ -1,4 +1,5 @@
-"""The worker's single loop: control first, then the VAD tick, then one TTS clause.
+"""The worker's single loop: control first, then the VAD tick, then one TTS clause or
+one ASR batch, whichever is more urgent (see `asrsched`).
 
 Control messages are drained before every unit of work (control outranks data), so a
 cancel waits at most for the clause being synthesized. Work units are short (one VAD
@@ -16,13 +17,13 @@ from typing import Any
 import numpy as np
 import structlog
 
-from cosyvoiced.events import VoiceStarted, VoiceStopped
 from cosyvoiced.log import setup_logging
 from cosyvoiced.ring import Ring, RingError
 from cosyvoiced.tts.request import SynthesisOptions
 from cosyvoiced.tts.synth import TtsEngine
-from cosyvoiced.vad import Endpointer, SileroBatch, model_path
+from cosyvoiced.vad import SileroBatch, model_path
 from cosyvoiced.workers import messages as m
+from cosyvoiced.workers.listening import WorkerListening
 from cosyvoiced.workers.process import WorkerSetup, pin_all_threads, renice_all, thread_count
 from cosyvoiced.workers.sched import SayJob, TtsScheduler, TtsStream
 from cosyvoiced.workers.stats import LoadMeter, WorkerStats
@@ -52,7 +53,7 @@ class Worker:
         self.vad = VadTicker(self._make_vad, setup.vad_tick_ms / 1000)
         self._vad_session: Any = None
         self._rings: dict[str, Ring] = {}
-        self._endpointers: dict[str, Endpointer] = {}
+        self.listen = WorkerListening(setup, self.vad, self._send, len(cpus))
         self._stop = False
         self.clauses = 0
 
@@ -89,6 +90,7 @@ class Worker:
         batch.run([slot], window)
         vad_us = (time.perf_counter() - t0) * 1e6
         batch.close(slot)
+        self.listen.warm_up()
         return rtf, vad_us
 
     def _ready(self, rtf: float, vad_us: float) -> None:
@@ -125,7 +127,11 @@ class Worker:
             t0 = perf()
             did = self.vad.tick(now) > 0
             self.tts.flush(now)
-            if self.tts.step(time.monotonic()):
+            now = time.monotonic()
+            work = self.listen.pick(self.tts, now)
+            if work == "asr":
+                did = self.listen.run_batch() > 0 or did
+            elif work == "tts" and self.tts.step(now):
                 did = True
                 self.clauses += 1
             if did:
@@ -135,7 +141,8 @@ class Worker:
             if did:
                 continue
             now = time.monotonic()
-            waits = [w for w in (self.tts.wake_in(now), self.vad.due_in(now)) if w is not None]
+            waits = [w for w in (self.tts.wake_in(now), self.vad.due_in(now),
+                                 self.listen.wake_in()) if w is not None]
             conn.poll(min([IDLE_WAKE_S, *waits]))
 
     def _publish_stats(self) -> None:
@@ -198,29 +205,23 @@ class Worker:
         ring = self._attach(msg.stream_id, msg.ring_name)
         if ring is None:
             return
-        endpointer = Endpointer(self.setup.vad)
         sid = msg.stream_id
-        send = self._send
-
-        def sink(prob: float) -> None:
-            event = endpointer.update(prob)
-            if event is not None:
-                send(m.ListenEvent(sid, replace(event, stream=sid)))
-
         try:
-            self.vad.add(sid, msg.rate_hz, ring, sink)
+            self.listen.open(sid, msg.rate_hz, ring)
         except Exception as exc:  # a typed VadError (bad rate, no slot) ends this stream only
             self._rings.pop(sid).close()
             self._send(m.StreamError(sid, -1, getattr(exc, "code", "vad_error"), str(exc)))
             return
-        self._endpointers[sid] = endpointer
 
     def _close(self, stream_id: str) -> None:
         self.tts.close(stream_id)
-        if self.vad.remove(stream_id):
-            event = self._endpointers.pop(stream_id).close()
-            if isinstance(event, VoiceStopped | VoiceStarted):
-                self._send(m.ListenEvent(stream_id, replace(event, stream=stream_id)))
+        try:
+            self.listen.close(stream_id)  # reads the ring to its end, acks with StreamClosed
+        except Exception as exc:  # one stream's flush must not take the worker down
+            log.exception("listen_close_failed", stream=stream_id)
+            self._send(m.StreamError(stream_id, -1, getattr(exc, "code", "listen_error"),
+                                     str(exc)))
+            self._send(m.StreamClosed(stream_id))
         ring = self._rings.pop(stream_id, None)
         if ring is not None:
             ring.close()

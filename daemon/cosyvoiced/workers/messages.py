@@ -125,8 +125,16 @@ class ListenEvent:
     event: Any
 
 
+@dataclass(frozen=True)
+class StreamClosed:
+    """A listen stream's close is done: its ring was read to the end and its last
+    transcript sent before this."""
+
+    stream_id: str
+
+
 TO_WORKER = (OpenTts, Say, Cancel, OpenListen, CloseStream, Adopt, SetPolicy, Stop)
-FROM_WORKER = (Ready, FirstAudio, SayDone, StreamError, ListenEvent)
+FROM_WORKER = (Ready, FirstAudio, SayDone, StreamError, ListenEvent, StreamClosed)
 
 
 class ProtocolError(Exception):

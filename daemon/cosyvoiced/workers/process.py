@@ -44,6 +44,8 @@ class WorkerSetup:
     log_sink: str = "json"
     journal_socket: str = "/run/systemd/journal/socket"
     warm_up: bool = True
+    asr: Any = None
+    """`AsrConfig` (None: listen streams give VAD events only)."""
 
 
 def thread_env(threads: int) -> dict[str, str]:

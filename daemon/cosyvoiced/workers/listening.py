@@ -1,0 +1,135 @@
+"""The listen streams of one worker: VAD taps, the ASR queue, close flushes and acks.
+
+`Worker` (loop.py) owns one `WorkerListening`. Opening a stream adds its `ListenTap` to
+the worker's batched VAD tick; with `[asr] enabled` the Whisper model is loaded once
+here, finished utterances are queued on an `AsrQueue`, and the loop asks `pick_work`
+whether the next unit of work is a TTS clause or an ASR batch (policy in `asrsched`).
+
+Closing a listen stream reads what is left in its ring, ends an open utterance
+(`voice_stopped`, reason "closed"), makes its queued utterances due now, and sends
+`StreamClosed` once their transcripts are out: the main process waits for that ack.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import structlog
+
+from cosyvoiced.asr import Utterance
+from cosyvoiced.events import Transcript
+from cosyvoiced.workers import messages as m
+from cosyvoiced.workers.asrsched import AsrQueue, pick_work
+from cosyvoiced.workers.listenasr import ListenTap, MelPool
+from cosyvoiced.workers.vadtick import VadTicker
+
+log = structlog.get_logger(__name__)
+
+WARMUP_FRAMES = 150
+"""Warm-up utterance: 1.5 s of quiet noise (loads the weights, primes the allocator)."""
+
+
+class WorkerListening:
+    def __init__(self, setup: Any, vad: VadTicker, send: Callable[[object], None],
+                 cpus: int = 1) -> None:
+        self.setup = setup
+        self.vad = vad
+        self.send = send
+        self.taps: dict[str, ListenTap] = {}
+        asr_cfg = getattr(setup, "asr", None)
+        self.asr: AsrQueue | None = None
+        self.pool: MelPool | None = None
+        self.decoder: Any = None
+        if asr_cfg is not None and asr_cfg.enabled:
+            from cosyvoiced.asr import WhisperAsr
+
+            self.decoder = WhisperAsr(asr_cfg, threads=max(1, min(asr_cfg.threads, cpus)))
+            self.asr = AsrQueue(self.decoder, self._transcribed, max_batch=asr_cfg.max_batch,
+                                on_idle=self._ack)
+            self.pool = MelPool(setup.vad, cache_dir=setup.cache_dir)
+
+    def __len__(self) -> int:
+        return len(self.taps)
+
+    # --- start-up -------------------------------------------------------------------
+
+    def warm_up(self) -> float:
+        """Decode one short utterance; returns its seconds (0 with ASR off)."""
+        if self.decoder is None or self.pool is None:
+            return 0.0
+        self.pool.release(self.pool.acquire())  # the filterbank: from the cache after a first run
+        rng = np.random.default_rng(0)
+        frames = (rng.standard_normal((WARMUP_FRAMES, 80)) * 0.1 - 6.0).astype(np.float32)
+        t0 = time.perf_counter()
+        self.decoder.transcribe([Utterance(frames, 0, WARMUP_FRAMES * 10, time.monotonic())])
+        took = time.perf_counter() - t0
+        assert self.asr is not None
+        self.asr.batch_s = took
+        return took
+
+    # --- streams --------------------------------------------------------------------
+
+    def open(self, stream_id: str, rate_hz: int, ring: Any) -> None:
+        """Start listening on `ring` (raises the VAD's typed error on a bad rate or no slot)."""
+        tap = ListenTap(stream_id, rate_hz, ring, self.setup.vad, self.pool,
+                        lambda item, sid=stream_id: self._emit(sid, item))
+        # ASR off: the tick reads the ring itself (no tap on the VAD-only hot path).
+        self.vad.add(stream_id, rate_hz, tap if self.pool is not None else ring, tap.on_prob)
+        self.taps[stream_id] = tap
+
+    def close(self, stream_id: str) -> bool:
+        """Flush and end a listen stream; False if it is not one of ours. The ack
+        (`StreamClosed`) is sent once its last transcript is out."""
+        tap = self.taps.pop(stream_id, None)
+        if tap is None:
+            return False
+        group = self.vad.groups[tap.rate_hz]
+        slot = group.members[stream_id].slot
+        slots = np.array([slot], dtype=np.intp)
+
+        def run_vad(window: np.ndarray) -> float:
+            return float(group.batch.run(slots, window[None])[0])
+
+        try:
+            tap.close(run_vad)
+        finally:
+            self.vad.remove(stream_id)
+        if self.asr is None or self.asr.close_when_done(stream_id):
+            self._ack(stream_id)
+        return True
+
+    def _emit(self, stream_id: str, item: Any) -> None:
+        if isinstance(item, Utterance):
+            if self.asr is not None:
+                self.asr.push(item, urgent=stream_id not in self.taps)
+            return
+        log.info(item.type, stream=stream_id, **{k: v for k, v in item.to_dict().items()
+                                                 if k.endswith("_ms") or k == "reason"})
+        self.send(m.ListenEvent(stream_id, item))
+
+    def _transcribed(self, stream_id: str, result: Any) -> None:
+        if isinstance(result, Transcript):
+            log.info("transcript", stream=stream_id, start_ms=result.start_ms,
+                     end_ms=result.end_ms, latency_ms=result.latency_ms, rtf=result.rtf,
+                     text=result.text)
+            self.send(m.ListenEvent(stream_id, result))
+        else:
+            code = getattr(result, "code", "asr_error")
+            self.send(m.StreamError(stream_id, -1, code, str(result)))
+
+    def _ack(self, stream_id: str) -> None:
+        self.send(m.StreamClosed(stream_id))
+
+    # --- the loop -------------------------------------------------------------------
+
+    def pick(self, tts: Any, now_s: float) -> str | None:
+        return pick_work(tts, self.asr, now_s)
+
+    def run_batch(self) -> int:
+        return self.asr.run() if self.asr is not None else 0
+
+    def wake_in(self) -> float | None:
+        return 0.0 if self.asr is not None and len(self.asr) else None

@@ -1,0 +1,237 @@
+"""ASR inside a worker without the models: the deadline queue, the TTS/ASR pick, the
+listen tap (history, preroll, mel only while speech is open, close flush) and the
+worker-side close acknowledgement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from cosyvoiced.asr import AsrError, Utterance
+from cosyvoiced.config.schema import VadConfig
+from cosyvoiced.events import Transcript, VoiceStarted, VoiceStopped
+from cosyvoiced.workers import messages as m
+from cosyvoiced.workers.asrsched import AsrQueue, pick_work
+from cosyvoiced.workers.listenasr import ListenTap, MelPool
+from cosyvoiced.workers.listening import WorkerListening
+from cosyvoiced.workers.vadtick import VadTicker
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class FakeDecoder:
+    def __init__(self, fail: bool = False) -> None:
+        self.batches: list[list[str]] = []
+        self.fail = fail
+
+    def transcribe(self, utts):
+        if self.fail:
+            raise AsrError("boom", code="asr_decode")
+        self.batches.append([u.stream for u in utts])
+        return [Transcript(f"text of {u.stream}", u.start_ms, u.end_ms, 1.0, 0.1, u.stream)
+                for u in utts]
+
+
+def utt(stream: str, end_s: float) -> Utterance:
+    return Utterance(np.zeros((10, 80), np.float32), 0, 100, end_s, stream)
+
+
+def test_batches_take_the_earliest_deadlines_first_up_to_max_batch():
+    clock, dec, out = Clock(), FakeDecoder(), []
+    q = AsrQueue(dec, lambda sid, t: out.append((sid, t)), max_batch=2, clock=clock)
+    q.push(utt("late", 5.0))
+    q.push(utt("early", 1.0))
+    q.push(utt("mid", 3.0))
+    assert q.latest_start_s() == pytest.approx(1.0 + q.deadline_s - q.batch_s)
+    assert q.run() == 2
+    assert dec.batches == [["early", "mid"]]
+    assert q.run() == 1 and dec.batches[-1] == ["late"]
+    assert [sid for sid, _ in out] == ["early", "mid", "late"]
+    assert q.run() == 0 and q.latest_start_s() is None
+
+
+def test_closing_a_stream_makes_its_jobs_due_now_and_acks_after_the_last():
+    clock, dec, acks, out = Clock(), FakeDecoder(), [], []
+    q = AsrQueue(dec, lambda sid, t: out.append(sid), max_batch=1, clock=clock,
+                 on_idle=acks.append)
+    q.push(utt("other", clock.t - 0.5))
+    q.push(utt("closing", clock.t + 10))
+    q.push(utt("closing", clock.t + 11))
+    assert q.close_when_done("closing") is False
+    assert q.close_when_done("idle") is True  # nothing queued: the caller acks at once
+    q.run()
+    q.run()
+    assert out == ["closing", "closing"] and acks == ["closing"]
+    q.run()
+    assert out[-1] == "other" and acks == ["closing"]
+
+
+def test_a_failed_batch_reports_a_typed_error_per_utterance_and_the_queue_goes_on():
+    dec, out = FakeDecoder(fail=True), []
+    q = AsrQueue(dec, lambda sid, r: out.append((sid, r)), clock=Clock())
+    q.push(utt("a", 1.0))
+    q.push(utt("b", 1.0))
+    assert q.run() == 2
+    assert [type(r) for _, r in out] == [AsrError, AsrError]
+    assert len(q) == 0
+
+
+@dataclass
+class FakeTtsStream:
+    ahead: float
+    last_synth_s: float
+
+    def ahead_s(self, now_s: float) -> float:
+        return self.ahead
+
+
+class FakeTts:
+    def __init__(self, stream: FakeTtsStream | None) -> None:
+        self.stream = stream
+
+    def pick(self, now_s: float):
+        return self.stream
+
+
+def test_pick_orders_tts_and_asr_by_latest_start():
+    clock = Clock()
+    q = AsrQueue(FakeDecoder(), lambda *a: None, clock=clock)
+    q.batch_s = 0.2
+    now = clock.t
+    assert pick_work(FakeTts(None), q, now) is None
+    assert pick_work(FakeTts(FakeTtsStream(0.0, 0.1)), q, now) == "tts"
+    q.push(utt("a", now - 0.5))  # due at now + 1.0, latest start now + 0.8
+    # A new TTS request (nothing ahead) goes before a transcript with slack ...
+    assert pick_work(FakeTts(FakeTtsStream(0.0, 0.1)), q, now) == "tts"
+    # ... a stream with seconds of audio ahead does not starve the transcript ...
+    assert pick_work(FakeTts(FakeTtsStream(2.5, 0.1)), q, now) == "asr"
+    # ... and with no TTS work the batch runs at once (work-conserving).
+    assert pick_work(FakeTts(None), q, now) == "asr"
+    assert pick_work(FakeTts(FakeTtsStream(0.0, 0.1)), None, now) == "tts"
+
+
+class ListRing:
+    """A consumer ring over a fixed signal (what the capture ring offers the tick)."""
+
+    def __init__(self, samples: np.ndarray) -> None:
+        self.x = samples.astype(np.float32)
+        self.r = 0
+
+    def available(self) -> int:
+        return self.x.shape[0] - self.r
+
+    def read_into(self, out: np.ndarray) -> int:
+        n = min(out.shape[0], self.available())
+        out[:n] = self.x[self.r: self.r + n]
+        self.r += n
+        return n
+
+
+CFG = VadConfig(start_ms=64, stop_ms=320, preroll_ms=256, max_utterance_s=5.0)
+
+
+def drive(tap: ListenTap, probs: list[float], window: int) -> None:
+    buf = np.zeros(window, np.float32)
+    for p in probs:
+        assert tap.read_into(buf) == window
+        tap.on_prob(p)
+
+
+@pytest.mark.parametrize("rate_hz", [8000, 16000])
+def test_tap_makes_mel_only_while_speech_is_open_from_the_preroll(rate_hz):
+    window = rate_hz * 32 // 1000
+    probs = [0.0] * 20 + [0.9] * 30 + [0.0] * 15 + [0.0] * 5
+    t = np.arange(len(probs) * window) / rate_hz
+    ring = ListRing(0.1 * np.sin(2 * np.pi * 440 * t))
+    out: list = []
+    pool = MelPool(CFG)
+    tap = ListenTap("s", rate_hz, ring, CFG, pool, out.append)
+    drive(tap, probs[:20], window)
+    assert tap.lease is None and not out  # silence: no extractor leased, nothing made
+    drive(tap, probs[20:], window)
+    kinds = [type(e) for e in out]
+    assert kinds == [VoiceStarted, VoiceStopped, Utterance]
+    start, stop, u = out
+    assert start.start_ms == 20 * 32 and stop.end_ms == 50 * 32 and start.stream == "s"
+    # frames from start - preroll to end + 200 ms tail, 10 ms each
+    want = (stop.end_ms + 200 - (start.start_ms - CFG.preroll_ms)) // 10
+    assert abs(u.frames.shape[0] - want) <= 1
+    assert u.frames.shape[1] == 80 and np.isfinite(u.frames).all()
+    assert tap.lease is None and pool.in_use == 0 and pool.made == 1
+
+
+def test_close_reads_the_rest_ends_the_open_utterance_and_releases_the_lease():
+    rate, window = 8000, 256
+    ring = ListRing(np.full(40 * window + 100, 0.05))
+    out: list = []
+    pool = MelPool(CFG)
+    tap = ListenTap("s", rate, ring, CFG, pool, out.append)
+    drive(tap, [0.9] * 10, window)
+    assert tap.lease is not None
+    calls = []
+    tap.close(lambda w: calls.append(w.shape) or 0.9)  # speech to the very end
+    assert len(calls) == 30 and ring.available() == 0  # full windows decided, tail read
+    assert [type(e) for e in out] == [VoiceStarted, VoiceStopped, Utterance]
+    assert out[1].reason == "closed" and out[1].end_ms == 40 * 32
+    assert pool.in_use == 0
+
+
+class FakeBatch:
+    window = 256
+    capacity = 8
+
+    def __init__(self, prob: float) -> None:
+        self.prob = prob
+        self.free = list(range(self.capacity))
+
+    def open(self) -> int:
+        return self.free.pop(0)
+
+    def close(self, slot: int) -> None:
+        self.free.append(slot)
+
+    def run(self, slots, windows):
+        return np.full(len(slots), self.prob, np.float32)
+
+
+def test_worker_close_sends_the_transcript_then_the_ack():
+    sent: list = []
+    ticker = VadTicker(lambda rate: FakeBatch(0.9), 0.0)
+    setup = SimpleNamespace(vad=CFG, asr=None, cache_dir=None)
+    wl = WorkerListening(setup, ticker, sent.append)
+    decoder = FakeDecoder()
+    wl.decoder, wl.pool = decoder, MelPool(CFG)
+    wl.asr = AsrQueue(decoder, wl._transcribed, on_idle=wl._ack)
+    ring = ListRing(np.full(20 * 256, 0.05))
+    wl.open("c1", 8000, ring)
+    ticker.tick(0.0)  # speech from the start, still open when the caller hangs up
+    assert [type(x.event) for x in sent] == [VoiceStarted]
+    assert wl.close("c1") is True
+    assert not any(isinstance(x, m.StreamClosed) for x in sent)  # not before its transcript
+    assert wl.pick(FakeTts(None), 0.0) == "asr"
+    wl.run_batch()
+    kinds = [type(x.event).__name__ if isinstance(x, m.ListenEvent) else type(x).__name__
+             for x in sent]
+    assert kinds == ["VoiceStarted", "VoiceStopped", "Transcript", "StreamClosed"]
+    assert sent[2].event.text == "text of c1" and len(ticker) == 0
+    assert wl.close("c1") is False  # a second close (the handle's) is a no-op
+
+
+def test_worker_close_without_speech_acks_at_once():
+    sent: list = []
+    ticker = VadTicker(lambda rate: FakeBatch(0.0), 0.0)
+    wl = WorkerListening(SimpleNamespace(vad=CFG, asr=None, cache_dir=None), ticker,
+                         sent.append)
+    wl.open("q", 16000, ListRing(np.zeros(3000)))
+    ticker.tick(0.0)
+    wl.close("q")
+    assert sent == [m.StreamClosed("q")]
