@@ -74,7 +74,12 @@ class PacedReader(threading.Thread):
         want = min(due - ls.consumed, self._scratch.shape[0])
         if want <= 0:
             return
-        ls.received += ring.read_into(self._scratch[:want])
+        try:
+            ls.received += ring.read_into(self._scratch[:want])
+        except ValueError:  # the stream was closed under us: stop listening to it
+            with self._lock:
+                self._listeners = {k: v for k, v in self._listeners.items() if v is not ls}
+            return
         ls.consumed += want
 
     def stop(self) -> None:

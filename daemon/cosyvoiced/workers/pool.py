@@ -183,19 +183,23 @@ class WorkerPool(Supervision):
         if sid in self._handles:
             raise WorkerError(f"stream {sid!r} is already open", code="duplicate_stream")
         try:
+            # Never send while holding the lock: a full pipe would block the supervisor,
+            # which needs the lock to drain the worker's side (a deadlock).
             with self._lock:
                 self.admission.check_cap(len(self._handles))
                 index = self.admission.choose(self.loads(), kind)
                 slot = self.slots[index]
+                proc = slot.proc
+                assert proc is not None
                 handle = handle_cls(self, sid, index, ring, rate_hz)
-                msg_cls = m.OpenTts if kind == "tts" else m.OpenListen
-                assert slot.proc is not None
-                if not slot.proc.send(msg_cls(sid, ring.name, rate_hz)):
-                    raise WorkerLost(f"worker {index} is restarting")
                 slot.streams[sid] = handle
                 self._handles[sid] = handle
                 if kind == "listen":
                     slot.listening += 1
+            msg_cls = m.OpenTts if kind == "tts" else m.OpenListen
+            if not proc.send(msg_cls(sid, ring.name, rate_hz)):
+                self._forget(handle)
+                raise WorkerLost(f"worker {index} is restarting")
         except BaseException:
             ring.close()
             ring.unlink()
@@ -232,10 +236,10 @@ class WorkerPool(Supervision):
                 raise WorkerLost(f"worker {slot.index} is restarting")
             if was_idle:
                 self.admission.can_speak(self.loads()[slot.index])
-            if not proc.send(m.Say(handle.stream_id, request_id, text, options)):
-                raise WorkerLost(f"worker {slot.index} is restarting")
-            if was_idle:
-                slot.speaking += 1
+        if not proc.send(m.Say(handle.stream_id, request_id, text, options)):
+            raise WorkerLost(f"worker {slot.index} is restarting")
+        if was_idle:
+            slot.speaking += 1
 
     def _speaking_changed(self, handle: TtsHandle) -> None:
         """The handle's last request settled (loop thread)."""
@@ -247,18 +251,23 @@ class WorkerPool(Supervision):
         if proc is not None:
             proc.send(msg)
 
-    def _close_stream(self, handle: StreamHandle) -> None:
+    def _forget(self, handle: StreamHandle) -> Slot:
         with self._lock:
             slot = self.slots[handle.worker]
             slot.streams.pop(handle.stream_id, None)
             self._handles.pop(handle.stream_id, None)
             if isinstance(handle, ListenHandle):
                 slot.listening = max(0, slot.listening - 1)
-            if isinstance(handle, TtsHandle) and handle.outstanding:
-                handle.outstanding.clear()
-                slot.speaking = max(0, slot.speaking - 1)
-            if slot.proc is not None:
-                slot.proc.send(m.CloseStream(handle.stream_id))
+            return slot
+
+    def _close_stream(self, handle: StreamHandle) -> None:
+        slot = self._forget(handle)
+        if isinstance(handle, TtsHandle) and handle.outstanding:
+            handle.outstanding.clear()
+            slot.speaking = max(0, slot.speaking - 1)
+        proc = slot.proc
+        if proc is not None:
+            proc.send(m.CloseStream(handle.stream_id))
 
     def set_policy(self, policy: str, lookahead_s: float | None = None) -> None:
         """Switch every worker's TTS scheduling ("edf" | "fifo"); for tests and benches."""
