@@ -13,6 +13,7 @@ import pytest
 from cosyvoiced.asr import AsrError, Utterance
 from cosyvoiced.config.schema import VadConfig
 from cosyvoiced.events import Transcript, VoiceStarted, VoiceStopped
+from cosyvoiced.mel import WHISPER as WHISPER_SPEC
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.asrsched import AsrQueue, pick_work
 from cosyvoiced.workers.listenasr import ListenTap, MelPool
@@ -235,3 +236,26 @@ def test_worker_close_without_speech_acks_at_once():
     ticker.tick(0.0)
     wl.close("q")
     assert sent == [m.StreamClosed("q")]
+
+
+def test_the_filterbank_comes_from_the_cache_without_importing_librosa(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; from cosyvoiced.mel import MelStream, WHISPER; "
+            f"MelStream(WHISPER, cache_dir={str(tmp_path)!r}); "
+            "print('librosa' in sys.modules)")
+
+    def run() -> str:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True, timeout=120).stdout.strip()
+
+    assert run() == "True"  # first run: designed with librosa, saved
+    saved = list((tmp_path / "mel").glob("*.npy"))
+    assert len(saved) == 1 and "librosa" in saved[0].name
+    assert run() == "False"  # from now on: loaded, librosa never imported
+    from cosyvoiced.mel import _design
+
+    assert np.array_equal(np.load(saved[0]), _design(WHISPER_SPEC))
+    saved[0].write_bytes(b"garbage")  # a damaged cache file is designed again
+    assert run() == "True"

@@ -133,11 +133,13 @@ class PoolListening:
     """Feeds a listen stream's capture ring and relays its events (the pool itself
     publishes them on the daemon's event bus).
 
-    A live frame that finds the ring full is dropped and counted (the worker is behind);
-    a feed of `BULK_S` or more at once (an upload) is kept and pumped into the ring as
-    the worker reads it, so nothing of it is lost."""
+    Audio that does not fit in the ring now (an upload, a client sending faster than
+    real time, a worker behind) is kept in order and pumped in as the worker reads;
+    frames are dropped (and counted) only once `BACKLOG_MAX_S` is held, except a single
+    feed of `BULK_S` or more (an upload), which is always kept whole."""
 
     BULK_S = 0.25
+    BACKLOG_MAX_S = 30.0
 
     def __init__(self, handle: ListenHandle) -> None:
         self.handle = handle
@@ -147,6 +149,7 @@ class PoolListening:
         self._finals: list[Transcript] = []
         self._returned = 0
         self._backlog: deque[np.ndarray] = deque()
+        self._backlog_n = 0
         self._pump: asyncio.Task[None] | None = None
         self._relay = asyncio.create_task(self._run_relay())
 
@@ -158,8 +161,9 @@ class PoolListening:
             return
         if not self._backlog and self.handle.ring.write(samples):
             return
-        if self._backlog or n >= self.BULK_S * self.rate_hz:
+        if n >= self.BULK_S * self.rate_hz or self._backlog_n < self.BACKLOG_MAX_S * self.rate_hz:
             self._backlog.append(samples)
+            self._backlog_n += n
             if self._pump is None or self._pump.done():
                 self._pump = asyncio.create_task(self._run_pump())
         else:
@@ -171,6 +175,7 @@ class PoolListening:
             head = self._backlog[0]
             take = min(head.shape[0], ring.room())
             if take and ring.write(head[:take]):
+                self._backlog_n -= take
                 if take == head.shape[0]:
                     self._backlog.popleft()
                 else:
