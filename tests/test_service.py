@@ -202,3 +202,18 @@ def test_token_guards_tcp_but_not_the_control_socket(daemon_factory):
         assert json.load(r)["state"] == "ready"
     d.signal(signal.SIGTERM)
     assert d.wait() == 0
+
+
+def test_unread_notify_socket_never_freezes_the_daemon(daemon_factory):
+    # regression: STATUS= updates to a notify socket nobody reads blocked the event loop
+    d = daemon_factory(watchdog_usec=20_000).start()  # a ping every 10 ms fills it fast
+    d.wait_ready()
+    d.notify.paused.set()  # stop reading: the socket's queue fills up
+    time.sleep(8.0)
+    # change the STATUS= line, so the event loop itself has to notify
+    assert _post_unix(str(d.socket), "/v1/debug/hold-stream", {"seconds": 1}) == 202
+    time.sleep(3.0)
+    st = d.ctl("status")
+    assert st.returncode == 0, st.stderr
+    d.signal(signal.SIGTERM)
+    assert d.wait(30) == 0

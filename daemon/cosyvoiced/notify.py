@@ -20,15 +20,34 @@ def monotonic_usec() -> int:
 
 
 class Notifier:
-    """Sends READY/STATUS/RELOADING/STOPPING/WATCHDOG; a no-op without NOTIFY_SOCKET."""
+    """Sends READY/STATUS/RELOADING/STOPPING/WATCHDOG; a no-op without NOTIFY_SOCKET.
+
+    The socket is non-blocking: a notify socket nobody reads (a test harness, a stuck
+    manager) must never freeze the event loop. A message that does not fit is dropped
+    and counted; the first drop is logged."""
 
     def __init__(self) -> None:
         self.enabled = bool(os.environ.get("NOTIFY_SOCKET"))
-        self._n = sdnotify.SystemdNotifier() if self.enabled else None
+        self.dropped = 0
+        self._n: sdnotify.SystemdNotifier | None = None
+        if self.enabled:
+            try:
+                self._n = sdnotify.SystemdNotifier(debug=True)
+                self._n.socket.setblocking(False)
+            except OSError as exc:
+                log.error("notify_socket_unusable", error=str(exc),
+                          socket=os.environ.get("NOTIFY_SOCKET"))
+                self._n = None
 
     def send(self, *lines: str) -> None:
-        if self._n is not None:
+        if self._n is None:
+            return
+        try:
             self._n.notify("\n".join(lines))
+        except OSError as exc:  # full (EAGAIN) or gone: drop, never block
+            self.dropped += 1
+            if self.dropped == 1:
+                log.warning("notify_dropped", error=str(exc), message=lines[0])
 
     def ready(self, status: str) -> None:
         self.send("READY=1", f"STATUS={status}")
