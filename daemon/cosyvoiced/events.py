@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
-__all__ = ["Event", "EventBus", "Subscription", "Transcript", "VoiceStarted", "VoiceStopped"]
+__all__ = ["DtmfPressed", "Event", "EventBus", "Subscription", "Transcript", "VoiceStarted",
+           "VoiceStopped"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +64,20 @@ class Transcript:
         return {"type": self.type, **asdict(self)}
 
 
-Event = VoiceStarted | VoiceStopped | Transcript
+@dataclass(frozen=True, slots=True)
+class DtmfPressed:
+    """A DTMF digit from a caller, `at_ms` into the call."""
+
+    type: ClassVar[str] = "dtmf"
+    digit: str
+    at_ms: int
+    stream: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+Event = VoiceStarted | VoiceStopped | Transcript | DtmfPressed
 
 
 class Subscription:

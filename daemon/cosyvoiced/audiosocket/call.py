@@ -11,15 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 import structlog
 
 from ..codec import s16_to_f32
 from ..config.schema import AudioSocketConfig
-from ..events import EventBus, VoiceStarted, VoiceStopped
+from ..events import DtmfPressed, EventBus, VoiceStarted, VoiceStopped
 from ..metrics import Metrics
 from ..ring import Ring
 from ..speech import Listening, Speech, Synthesis
@@ -32,19 +31,6 @@ RATE_HZ = 8000
 FRAME_SAMPLES = 160
 """20 ms at 8 kHz."""
 _AUDIO_HEADER = HEADER.pack(Kind.SLIN, 2 * FRAME_SAMPLES)
-
-
-@dataclass(frozen=True, slots=True)
-class DtmfPressed:
-    """A DTMF digit from the caller, `at_ms` into the call."""
-
-    type: ClassVar[str] = "dtmf"
-    digit: str
-    at_ms: int
-    stream: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, **asdict(self)}
 
 
 class Call:

@@ -114,21 +114,18 @@ class AudioSocketServer:
             return
         try:
             self.streams.open("call", call_id)
-        except Refused as exc:
+            try:
+                listening = await self.speech.listen(RATE_HZ, call_id)
+            except BaseException:
+                self.streams.close(call_id)
+                raise
+        except (Refused, Unavailable) as exc:
             self.metrics.refused.labels(exc.code).inc()
             log.warning("call_refused", call_id=call_id, code=exc.code, reason=str(exc))
             writer.write(Hangup().encode())
             writer.close()
             return
         try:
-            try:
-                listening = await self.speech.listen(RATE_HZ, call_id)
-            except Unavailable as exc:
-                self.metrics.refused.labels(exc.code).inc()
-                log.warning("call_refused", call_id=call_id, code=exc.code, reason=str(exc))
-                writer.write(Hangup().encode())
-                writer.close()
-                return
             call = Call(call_id, reader, writer, parser, self.speech, listening, self.config,
                         self.bus, self.metrics)
             self.calls[call_id] = call
