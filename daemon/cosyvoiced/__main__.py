@@ -16,6 +16,7 @@ import structlog
 from . import __version__
 from .config import DEFAULT_CONFIG_PATH, ConfigError, dump_config, load_config
 from .log import setup_logging
+from .tts.cli import add_say_parser, run_say
 
 EX_CONFIG = 78
 
@@ -38,12 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a config and print it as TOML")
     check.add_argument("path")
     check.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    try:
-        from .tts.cli import add_say_parser
-    except ImportError:  # the TTS stage is not installed in this build
-        pass
-    else:
-        add_say_parser(sub)
+    add_say_parser(sub)
     return parser
 
 
@@ -85,8 +81,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check-config":
         return cmd_check_config(args)
     if args.command == "say":
-        from .tts.cli import run_say
-
         return run_say(args)
     return 2
 
