@@ -259,3 +259,53 @@ def test_the_filterbank_comes_from_the_cache_without_importing_librosa(tmp_path)
     assert np.array_equal(np.load(saved[0]), _design(WHISPER_SPEC))
     saved[0].write_bytes(b"garbage")  # a damaged cache file is designed again
     assert run() == "True"
+
+
+def test_pool_listening_pumps_an_upload_bigger_than_the_ring_and_waits_for_the_ack():
+    import asyncio
+
+    from cosyvoiced.ring import Ring
+    from cosyvoiced.speech import PoolListening
+
+    async def main() -> tuple[np.ndarray, list, int]:
+        ring = Ring.create(4096, policy="drop")
+        got: list[np.ndarray] = []
+        transcript = Transcript("hello", 0, 100, 5.0, 0.1, "u")
+
+        class Handle:
+            stream_id, rate_hz, closed = "u", 8000, False
+
+            def __init__(self) -> None:
+                self.ring = ring
+                self.events: asyncio.Queue = asyncio.Queue()
+
+            async def flush_close(self, timeout_s: float) -> bool:
+                while ring.available():  # the worker side reads the rest
+                    await asyncio.sleep(0.001)
+                # the worker's transcript, then its ack (the ack is not an event)
+                self.events.put_nowait(m.ListenEvent("u", transcript))
+                self.closed = True
+                return True
+
+        async def consumer() -> None:
+            buf = np.zeros(1000, np.float32)
+            while True:
+                n = ring.read_into(buf)
+                if n:
+                    got.append(buf[:n].copy())
+                await asyncio.sleep(0.001)
+
+        lis = PoolListening(Handle())  # type: ignore[arg-type]
+        task = asyncio.create_task(consumer())
+        upload = np.arange(40_000, dtype=np.float32) / 40_000  # 5 s: ten times the ring
+        lis.feed(upload)
+        finals = await lis.close()
+        task.cancel()
+        ring.close()
+        ring.unlink()
+        return np.concatenate(got), finals, lis.dropped
+
+    data, finals, dropped = asyncio.run(main())
+    assert dropped == 0
+    assert np.array_equal(data, np.arange(40_000, dtype=np.float32) / 40_000)
+    assert [t.text for t in finals] == ["hello"]
