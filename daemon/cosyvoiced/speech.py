@@ -211,7 +211,8 @@ class PoolListening:
             await asyncio.sleep(POLL_S)
         if self._pump is not None:
             self._pump.cancel()
-        if not await self.handle.flush_close(max(0.1, deadline - loop.time())):
+        was_open = not self.handle.closed  # else the pool closed it (shutdown, lost worker)
+        if not await self.handle.flush_close(max(0.1, deadline - loop.time())) and was_open:
             log.warning("listen_close_unacknowledged", stream_id=self.handle.stream_id)
         self._relay.cancel()
         while not self.handle.events.empty():  # what came before the ack, in order
