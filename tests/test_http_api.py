@@ -278,3 +278,25 @@ def test_bearer_token_over_tcp():
         finally:
             await server.close()
     asyncio.run(main())
+
+
+def test_websocket_end_sends_each_transcript_once():
+    # regression: transcripts already forwarded as events were sent again at close
+    audio = np.zeros(16000, dtype=np.int16)
+    audio[4000:8000] = 10000
+    tail = (np.ones(800, dtype=np.int16) * 9000)  # speech still open at "end"
+
+    async def go(http, daemon):
+        async with http.ws_connect("/v1/stream?rate_hz=16000") as ws:
+            assert (await ws.receive_json())["type"] == "ready"
+            await ws.send_bytes(audio.tobytes())
+            await ws.send_bytes(tail.tobytes())
+            await ws.send_str(json.dumps({"type": "end"}))
+            types = []
+            async for msg in ws:
+                if msg.type == WSMsgType.TEXT:
+                    types.append(json.loads(msg.data)["type"])
+        return types
+    types = run(go)
+    assert types[-1] == "ended"
+    assert types.count("transcript") == 2, types  # the first utterance and the open one

@@ -63,8 +63,10 @@ class FakeListening:
     def _end(self) -> None:
         assert self.start is not None
         self.queue.put_nowait(VoiceStopped(self._ms(self.start), self._ms(self.pos)))
-        self.transcripts.append(Transcript(f"{self.pos - self.start} samples",
-                                           self._ms(self.start), self._ms(self.pos), 1.0, 0.1))
+        t = Transcript(f"{self.pos - self.start} samples", self._ms(self.start),
+                       self._ms(self.pos), 1.0, 0.1)
+        self.transcripts.append(t)
+        self.queue.put_nowait(t)  # as the real one: each transcript is also an event
         self.start = None
 
     async def events(self) -> AsyncIterator[ListenEvent]:
@@ -74,7 +76,7 @@ class FakeListening:
     async def close(self) -> list[Transcript]:
         if self.start is not None:
             self._end()
-        return self.transcripts
+        return self.transcripts  # every transcript of the stream, as the real one does
 
 
 class FakeSpeech:

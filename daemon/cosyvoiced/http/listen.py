@@ -148,7 +148,8 @@ class ListenRoutes:
     async def stream(self, request: web.Request) -> web.WebSocketResponse:
         """WebSocket duplex: binary s16le mono in at `?rate_hz=` (8000/16000) -> JSON events
         out; JSON `{"type": "say", "text": ...}` in -> binary s16le audio out at
-        `?out_rate_hz=`; `{"type": "stop"}` flushes what is being spoken."""
+        `?out_rate_hz=`; `{"type": "stop"}` flushes what is being spoken; `{"type": "end"}`
+        transcribes what is still open, sends it, then `{"type": "ended"}` and closes."""
         try:
             rate = int(request.query.get("rate_hz", "16000"))
             out_rate = int(request.query.get("out_rate_hz", "16000"))
@@ -171,16 +172,19 @@ class ListenRoutes:
                         continue
                     listening.feed(pcm16_to_f32(msg.data))
                 elif msg.type == WSMsgType.TEXT:
-                    await session.command(msg.data)
+                    if await session.command(msg.data) == "end":
+                        break
         finally:
             session.stop_speaking()
             finals = await listening.close()
-            for t in finals:
-                with contextlib.suppress(ConnectionError, RuntimeError):
-                    await ws.send_json(t.to_dict())
             forward.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await forward
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                for t in finals:  # the open utterance's, unless already sent as an event
+                    if t not in session.sent:
+                        await ws.send_json(t.to_dict())
+                await ws.send_json({"type": "ended"})
             self.streams.close(stream_id)
             await ws.close()
         return ws
@@ -198,19 +202,27 @@ class _WsSession:
         self.stream_id = stream_id
         self.out_rate_hz = out_rate_hz
         self._speaking: tuple[Synthesis, asyncio.Task[None]] | None = None
+        self.sent: set[Transcript] = set()
+        """Transcripts already sent as events (close must not send them twice)."""
 
     async def forward_events(self, listening: Listening) -> None:
         async for ev in listening.events():
             if isinstance(ev, VoiceStarted | VoiceStopped | Transcript):
                 await self.ws.send_json(ev.to_dict())
+                if isinstance(ev, Transcript):
+                    self.sent.add(ev)
 
-    async def command(self, raw: str) -> None:
+    async def command(self, raw: str) -> str:
+        """Run one text command; returns its type ("" if it was malformed)."""
         try:
             cmd = json.loads(raw)
             kind = cmd["type"]
         except (json.JSONDecodeError, KeyError, TypeError):
-            await self.ws.send_json(_err("bad_json", 'expected {"type": "say"|"stop", ...}'))
-            return
+            await self.ws.send_json(_err("bad_json",
+                                         'expected {"type": "say"|"stop"|"end", ...}'))
+            return ""
+        if kind == "end":
+            return kind
         if kind == "stop":
             self.stop_speaking()
             await self.ws.send_json({"type": "stopped"})
@@ -223,11 +235,12 @@ class _WsSession:
                                                          self.stream_id)
             except (TtsError, Unavailable) as exc:
                 await self.ws.send_json(_err(exc.code, str(exc)))
-                return
+                return kind
             task = asyncio.create_task(self._speak(synthesis))
             self._speaking = (synthesis, task)
         else:
             await self.ws.send_json(_err("unknown_command", f"unknown type {kind!r}"))
+        return kind
 
     async def _speak(self, synthesis: Synthesis) -> None:
         with contextlib.suppress(ConnectionError, RuntimeError):
