@@ -28,14 +28,14 @@ class WorkerLoad:
     rtf: float
     """Measured clause RTF (moving average): CPU seconds per second of speech."""
     vad_us: float
-    """Measured cost of one VAD window (unbatched: an upper bound)."""
+    """Measured cost of one VAD window in a batched run (moving average)."""
     speaking: int
     """TTS streams with requests in flight."""
     listening: int
     streams: int
 
-    def modelled(self, vad_batched_factor: float = 0.5) -> float:
-        vad = self.listening * self.vad_us * 1e-6 * vad_batched_factor / VAD_WINDOW_S
+    def modelled(self) -> float:
+        vad = self.listening * self.vad_us * 1e-6 / VAD_WINDOW_S
         return self.speaking * self.rtf + vad
 
     def load(self) -> float:
@@ -65,7 +65,7 @@ class Admission:
     def cost(self, load: WorkerLoad, kind: str) -> float:
         if kind == "tts":
             return load.rtf
-        return load.vad_us * 1e-6 * 0.5 / VAD_WINDOW_S
+        return load.vad_us * 1e-6 / VAD_WINDOW_S
 
     def choose(self, loads: Sequence[WorkerLoad], kind: str) -> int:
         """Index of the worker with the fewest streams, if it can take one more `kind`."""
