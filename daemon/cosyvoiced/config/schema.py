@@ -102,7 +102,7 @@ class TtsConfig:
     """Clauses shorter than this are merged with the next (one ONNX run each)."""
     max_clause_chars: int = opt(160, min=20, max=10_000, live=True)
     """Clauses longer than this are cut at a word boundary."""
-    first_clause_max_chars: int = opt(40, min=10, max=10_000, live=True)
+    first_clause_max_chars: int = opt(30, min=10, max=10_000, live=True)
     """The first clause of a request is cut at this length so first audio leaves early."""
     fade_ms: float = opt(4.0, min=0.0, max=50.0, live=True)
     """Raised-cosine fade at both edges of each clause's audio (no clicks at joins)."""

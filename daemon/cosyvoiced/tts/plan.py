@@ -38,7 +38,7 @@ class Clause:
 class PlanLimits:
     min_clause_chars: int = 12
     max_clause_chars: int = 160
-    first_clause_max_chars: int = 40
+    first_clause_max_chars: int = 30
     clause_silence_ms: int = 0
     sentence_silence_ms: int = 100
 
