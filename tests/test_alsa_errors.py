@@ -235,13 +235,14 @@ def test_sink_vanishing_mid_stream_reopens_with_backoff(pulse_server, rings):
         assert play.gone == 1 and cap.gone == 1
         assert play.open_failures >= 2 and cap.open_failures >= 2  # sink still missing
         assert play.is_alive() and cap.is_alive()
-        b = bystander.periods
+        b, t_b = bystander.periods, time.monotonic()
         pulse_server.load_sink(sink)
         deadline = time.monotonic() + 5
         while (play.reopens < 1 or cap.reopens < 1) and time.monotonic() < deadline:
             time.sleep(0.02)
         assert play.reopens == 1 and cap.reopens == 1
         assert advancing(play) and advancing(cap)
+        time.sleep(max(0.0, 1.5 - (time.monotonic() - t_b)))  # >= 150 periods of 10 ms
         assert bystander.periods > b + 100 and bystander.gone == 0  # the rest kept running
     finally:
         for t in threads:
