@@ -254,7 +254,7 @@ def test_the_filterbank_comes_from_the_cache_without_importing_librosa(tmp_path)
     saved = list((tmp_path / "mel").glob("*.npy"))
     assert len(saved) == 1 and "librosa" in saved[0].name
     assert run() == "False"  # from now on: loaded, librosa never imported
-    from cosyvoiced.mel import _design
+    from cosyvoiced.melbank import _design
 
     assert np.array_equal(np.load(saved[0]), _design(WHISPER_SPEC))
     saved[0].write_bytes(b"garbage")  # a damaged cache file is designed again
