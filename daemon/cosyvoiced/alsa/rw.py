@@ -14,6 +14,8 @@ ALSA's pulse plugin that poll misses wake-ups (measured: ~2% of periods stalled 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from cosyvoiced.alsa import libasound as la
@@ -66,28 +68,21 @@ class RwPcm(LibasoundPcm):
 
     def read(self, out: np.ndarray) -> int:
         """Capture one period into `out` (blocks ~a period); 0 after a recovered xrun."""
-        try:
-            addr, got, period, fb = self._address(out), 0, self._period, self._frame_bytes
-            while got < period:
-                rc = lib.snd_pcm_readi(self._pcm, addr + got * fb, period - got)
-                if check(rc, self.device, "readi") == 0:
-                    break  # nothing moved (cannot happen in blocking mode): no spin
-                got += rc
-            return got
-        except XrunError as exc:
-            self._recover(exc)
-            return 0
+        return self._transfer(lib.snd_pcm_readi, out, "readi")
 
     def write(self, src: np.ndarray) -> int:
         """Play one period from `src` (blocks ~a period); 0 after a recovered xrun."""
+        return self._transfer(lib.snd_pcm_writei, src, "writei")
+
+    def _transfer(self, fn: Any, buf: np.ndarray, op: str) -> int:
         try:
-            addr, done, period, fb = self._address(src), 0, self._period, self._frame_bytes
-            while done < period:
-                rc = lib.snd_pcm_writei(self._pcm, addr + done * fb, period - done)
-                if check(rc, self.device, "writei") == 0:
+            addr, moved, period, fb = self._address(buf), 0, self._period, self._frame_bytes
+            while moved < period:
+                rc = fn(self._pcm, addr + moved * fb, period - moved)
+                if check(rc, self.device, op) == 0:
                     break  # nothing moved (cannot happen in blocking mode): no spin
-                done += rc
-            return done
+                moved += rc
+            return moved
         except XrunError as exc:
             self._recover(exc)
             return 0
