@@ -237,14 +237,14 @@ def test_vad_group_runs_one_batch_per_round_and_keeps_streams_apart():
     batch = FakeBatch()
     group = VadGroup(batch)
     got: dict[str, list[float]] = {"a": [], "b": [], "c": []}
-    rings = {"a": ListRing(np.full(8, 1.0, np.float32)),    # two windows
-             "b": ListRing(np.full(4, 2.0, np.float32)),    # one window
-             "c": ListRing(np.full(3, 3.0, np.float32))}    # not a full window
+    rings = {"a": ListRing(np.full(8, 0.1, np.float32)),    # two windows
+             "b": ListRing(np.full(4, 0.2, np.float32)),    # one window
+             "c": ListRing(np.full(3, 0.3, np.float32))}    # not a full window
     for name, ring in rings.items():
         group.add(name, ring, got[name].append)
     assert group.tick() == 3
     assert batch.runs == [2, 1]
-    assert got["a"] == pytest.approx([1.0, 1.0]) and got["b"] == pytest.approx([2.001])
+    assert got["a"] == pytest.approx([0.1, 0.1]) and got["b"] == pytest.approx([0.201])
     assert got["c"] == [] and rings["c"].available() == 3
 
 

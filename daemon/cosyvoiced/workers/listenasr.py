@@ -9,6 +9,9 @@ streaming Whisper log-mel extractor. At `voice_started` the extractor is fed fro
 `start - preroll_ms` out of the history; at `voice_stopped` the frames up to
 `end + 200 ms` become an `Utterance`, so decoding can start at once.
 
+Every window read is cleaned first (`SampleGuard`: clipped to [-1, 1], NaN -> 0, in
+place), so NaN/inf/huge samples never reach the history, the mel or the VAD state.
+
 Extractors and their frame buffers (about 1 MB each for a 30 s cap) are leased from a
 `MelPool` at voice start and returned at voice stop: memory grows with the utterances
 open at once, not with the streams listened to.
@@ -33,6 +36,7 @@ from cosyvoiced.mel import WHISPER, FrameRing, MelStream
 from cosyvoiced.resample import StreamResampler
 from cosyvoiced.samplebuf import AudioRing
 from cosyvoiced.vad import WINDOW_MS, Endpointer
+from cosyvoiced.workers.vadtick import SampleGuard
 
 __all__ = ["ASR_RATE_HZ", "ListenTap", "MelLease", "MelPool"]
 
@@ -111,6 +115,7 @@ class ListenTap:
         self.history = AudioRing(hist_ms * rate_hz // 1000)
         self._arrival = np.zeros(_ARRIVALS, dtype=np.float64)
         self.windows = 0
+        self.guard = SampleGuard()
         self.lease: MelLease | None = None
         self._rs: StreamResampler | None = None
         self._origin_ms = 0
@@ -122,6 +127,7 @@ class ListenTap:
         n = self.ring.read_into(out)
         if n:
             x = out[:n]
+            self.guard.clean(x)
             self.history.push(x)
             if self.lease is not None:
                 self._feed_mel(x)
@@ -207,6 +213,7 @@ class ListenTap:
         left = self.ring.available()
         if left and self.lease is not None:
             n = self.ring.read_into(buf[:left])
+            self.guard.clean(buf[:n])
             self.history.push(buf[:n])
             self._feed_mel(buf[:n])
         stop = self.endpointer.close()

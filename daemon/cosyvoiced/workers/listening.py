@@ -76,8 +76,10 @@ class WorkerListening:
         """Start listening on `ring` (raises the VAD's typed error on a bad rate or no slot)."""
         tap = ListenTap(stream_id, rate_hz, ring, self.setup.vad, self.pool,
                         lambda item, sid=stream_id: self._emit(sid, item))
-        # ASR off: the tick reads the ring itself (no tap on the VAD-only hot path).
-        self.vad.add(stream_id, rate_hz, tap if self.pool is not None else ring, tap.on_prob)
+        # ASR off: the tick reads (and cleans) the ring itself (no tap on the VAD-only
+        # hot path); a tap cleans each window before its history and mel.
+        asr = self.pool is not None
+        self.vad.add(stream_id, rate_hz, tap if asr else ring, tap.on_prob, raw=not asr)
         self.taps[stream_id] = tap
 
     def close(self, stream_id: str) -> bool:
