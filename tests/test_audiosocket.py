@@ -202,3 +202,56 @@ def test_calls_api_say_and_stop():
         return got
 
     assert asyncio.run(main()) >= 5
+
+
+def test_peer_that_does_not_read_is_ended_as_slow_peer():
+    """A caller whose socket is never read: once the kernel's send buffer for the call is
+    full the clock lets go of it and the call ends "slow_peer"; another call is untouched."""
+    import socket
+    import time
+
+    async def main():
+        server = await _server(greeting=" ".join(["word"] * 600), max_send_buffer_bytes=4096)
+        stuck = socket.socket()
+        stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)  # before connect
+        stuck.connect(("127.0.0.1", _port(server)))
+        stuck.sendall(CallId(uuid.uuid4()).encode())
+        good = Peer("127.0.0.1", _port(server))
+        await good.connect()
+        await asyncio.sleep(0.2)
+        assert len(server.calls) == 2
+        stuck_call = next(c for c in server.calls.values() if c.id != str(good.call.call_id))
+        t0 = time.monotonic()
+        while stuck_call.id in server.calls:
+            assert time.monotonic() - t0 < 20, "the stuck call was never ended"
+            await asyncio.sleep(0.05)
+        ended_after_s = time.monotonic() - t0
+        frames = len(good.call.received)
+        await good.play(np.zeros(8000, dtype=np.int16))
+        assert len(good.call.received) >= frames + 40  # still paced at 20 ms
+        await good.hangup()
+        await server.stop()
+        stuck.close()
+        return stuck_call, ended_after_s, good.call
+
+    stuck_call, ended_after_s, good = asyncio.run(main())
+    assert stuck_call.end_reason == "slow_peer"
+    assert stuck_call.frames_sent < 500 and ended_after_s < 10  # a few KB, not 60 s of speech
+    assert good.hangup_at_s is None and good.received
+
+
+def test_call_clock_keeps_pace_while_the_event_loop_is_blocked():
+    """The clock is its own thread: a stalled event loop does not stall the frames."""
+    import time
+
+    async def main():
+        server = await _server(greeting=" ".join(["word"] * 60))  # 6 s of speech
+        peer = Peer("127.0.0.1", _port(server))
+        await peer.connect()
+        await asyncio.sleep(1.0)  # speech is flowing and the playout ring is full
+        ticks = server.clock.ticks
+        time.sleep(0.2)  # block the loop: the rings keep 60 ms, the clock keeps ticking
+        assert server.clock.ticks - ticks >= 8
+        await peer.hangup()
+        await server.stop()
+    asyncio.run(main())

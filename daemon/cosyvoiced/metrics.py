@@ -16,6 +16,7 @@ from prometheus_client import (
 )
 
 LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+TICK_LATE_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
 RTF_BUCKETS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0)
 
 CONTENT_TYPE = exposition.CONTENT_TYPE_LATEST
@@ -48,6 +49,9 @@ class Metrics:
                                  ["kind"], registry=r)
         self.refused = Counter("cosyvoiced_admissions_refused", "New streams or requests "
                                "refused", ["reason"], registry=r)
+        self.tick_late = Histogram("cosyvoiced_audiosocket_tick_late_seconds",
+                                   "How late the 20 ms call clock woke (pacing jitter at "
+                                   "the source)", buckets=TICK_LATE_BUCKETS_S, registry=r)
         self.worker_restarts = Counter("cosyvoiced_worker_restarts", "Inference workers "
                                        "restarted after dying", registry=r)
 

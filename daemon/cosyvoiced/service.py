@@ -151,7 +151,7 @@ class Daemon:
             self.audiosocket = AudioSocketServer(self.speech, self.streams, self.bus,
                                                  self.metrics, self.config.audiosocket)
             await self.audiosocket.start()
-            clock = self.audiosocket
+            clock = self.audiosocket.clock
             self.health.register("audiosocket_clock", lambda: clock.last_tick_s)
         if self.config.wyoming.enabled:
             self.wyoming = WyomingServer(self.speech, self.streams, self.config.wyoming.listen)

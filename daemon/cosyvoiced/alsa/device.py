@@ -14,8 +14,6 @@ service watchdog.
 
 from __future__ import annotations
 
-import os
-import resource
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +27,7 @@ from cosyvoiced.alsa.params import Negotiated, PcmRequest
 from cosyvoiced.codec import f32_to_s16, s16_to_f32
 from cosyvoiced.config.schema import AudioDeviceConfig
 from cosyvoiced.ring import Ring
+from cosyvoiced.rtprio import ask_fifo
 
 log = structlog.get_logger(__name__)
 
@@ -177,22 +176,7 @@ class AudioThread(threading.Thread):
         self._ready.set()
 
     def _ask_realtime(self) -> None:
-        prio = self.cfg.rt_priority
-        if prio <= 0:
-            self.realtime = False
-            return
-        try:
-            # pid 0 = the calling thread on Linux: only this audio thread becomes FIFO.
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(prio))
-            self.realtime = True
-            log.info("audio_realtime", device=self.cfg.pcm, priority=prio, tid=self.native_id)
-        except PermissionError:
-            self.realtime = False
-            soft, hard = resource.getrlimit(resource.RLIMIT_RTPRIO)
-            log.warning("audio_realtime_denied", device=self.cfg.pcm, priority=prio,
-                        rlimit_rtprio=soft, rlimit_rtprio_max=hard,
-                        hint="raise LimitRTPRIO= in the unit (or grant CAP_SYS_NICE); "
-                             "audio runs at normal priority")
+        self.realtime = ask_fifo(self.cfg.rt_priority, f"alsa:{self.cfg.pcm}")
 
     def _opened(self, backend: PcmBackend) -> Negotiated:
         n = backend.negotiated

@@ -1,15 +1,19 @@
 """One AudioSocket call: caller audio to the listener, our speech out on the 20 ms clock.
 
-Speech for the caller is synthesized at 8 kHz into a small playout ring; the server's
-clock takes one 320-byte frame per call per tick, so nothing is sent in bursts and
-nothing is queued at Asterisk that barge-in could not recall. Barge-in cancels the
-synthesis and flushes the ring: the next tick sends nothing.
+Speech for the caller is synthesized at 8 kHz into a small playout ring; the call clock
+(its own thread, `clock.py`) takes one 320-byte frame per call per tick and sends it on a
+duplicate of the call's socket, so nothing is sent in bursts and nothing is queued at
+Asterisk that barge-in could not recall. Barge-in cancels the synthesis and flushes the
+ring: the next tick sends nothing. The event loop writes to the socket only after the
+clock has let go of it (the hangup at the end), under the call's send lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
+import threading
 import time
 from typing import Any
 
@@ -59,26 +63,64 @@ class Call:
         """The packet's payload: the ring copies speech straight into it."""
         self._speaking: tuple[Synthesis, asyncio.Task[None]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._loop = asyncio.get_running_loop()
+        self._send_lock = threading.Lock()
+        self._sock: socket.socket | None = self._dup_socket(writer, config.max_send_buffer_bytes)
+        self._broken = False
+        """A frame went out in part: nothing more (not even a hangup) can follow it."""
+
+    @staticmethod
+    def _dup_socket(writer: asyncio.StreamWriter, sndbuf_bytes: int) -> socket.socket:
+        """The clock's own handle on the call's socket: a dup, so the event loop closing
+        its end never leaves the clock writing to a reused descriptor. The kernel's send
+        buffer is the slow-peer limit (Linux doubles the value asked for)."""
+        fd = writer.get_extra_info("socket").fileno()
+        sock = socket.socket(fileno=socket.dup(fd))
+        sock.setblocking(False)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(1, sndbuf_bytes // 2))
+        return sock
 
     @property
     def speaking(self) -> bool:
         return self._speaking is not None or self._playout.available() > 0
 
-    # --- the send clock (called by the server every 20 ms) -------------------------
+    # --- the send clock (called on the clock thread every 20 ms) ----------------------
 
     def tick(self) -> None:
         """Send one frame if there is speech to send; never blocks, never allocates."""
-        if self.ended.is_set():
-            return
-        n = self._playout.read_into(self._frame)
-        if n == 0:
-            return
-        if n < FRAME_SAMPLES:
-            self._frame[n:] = 0
-        self.writer.write(self._packet)
-        self.frames_sent += 1
-        if self.writer.transport.get_write_buffer_size() > self.config.max_send_buffer_bytes:
-            self.end("slow_peer")
+        with self._send_lock:
+            sock = self._sock
+            if sock is None:
+                return
+            n = self._playout.read_into(self._frame)
+            if n == 0:
+                return
+            if n < FRAME_SAMPLES:
+                self._frame[n:] = 0
+            try:
+                sent = sock.send(self._packet)
+            except BlockingIOError:
+                sent = 0
+            except OSError:
+                self._stop_sending("peer_gone")
+                return
+            except Exception:
+                log.exception("call_send_failed", call_id=self.id)
+                self._stop_sending("internal_error")
+                return
+            if sent < len(self._packet):  # the kernel's buffer is full: the peer is not reading
+                self._broken = sent > 0
+                self._stop_sending("slow_peer")
+                return
+            self.frames_sent += 1
+
+    def _stop_sending(self, reason: str) -> None:
+        """(Clock thread, send lock held.) Let go of the socket and end the call."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+        with contextlib.suppress(RuntimeError):  # the loop is already closed: shutting down
+            self._loop.call_soon_threadsafe(self.end, reason)
 
     # --- speaking -----------------------------------------------------------------
 
@@ -214,7 +256,11 @@ class Call:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         with contextlib.suppress(Exception):
             await self.listening.close()
-        if self.end_reason not in ("hangup", "peer_closed", "peer_gone"):
+        with self._send_lock:  # the clock is not mid-frame and will not send again
+            sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+        if self.end_reason not in ("hangup", "peer_closed", "peer_gone") and not self._broken:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 self.writer.write(Hangup().encode())
         self.writer.close()

@@ -1,14 +1,13 @@
-"""AudioSocket server: accepts calls, keeps the registry, runs the shared 20 ms clock.
+"""AudioSocket server: accepts calls, keeps the registry, owns the shared 20 ms clock.
 
-One clock for all calls (not a timer per call): each tick sends at most one frame per
-call, scheduled on absolute deadlines so it does not drift.
+One clock for all calls (not a timer per call, `clock.py`): each tick sends at most one
+frame per call, scheduled on absolute deadlines so it does not drift.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 
 import structlog
 
@@ -18,6 +17,7 @@ from ..metrics import Metrics
 from ..speech import Speech, Unavailable
 from ..streams import Refused, Streams
 from .call import FRAME_SAMPLES, RATE_HZ, Call
+from .clock import CallClock
 from .frames import CallId, Frame, FrameParser, Hangup, Kind
 
 log = structlog.get_logger(__name__)
@@ -40,11 +40,8 @@ class AudioSocketServer:
         self.config = config
         self.calls: dict[str, Call] = {}
         self.bound = ""
-        self.late_ticks = 0
-        self.last_tick_s = time.monotonic()
-        """Progress stamp of the send clock (a health probe)."""
+        self.clock = CallClock(TICK_S, metrics, config.rt_priority)
         self._server: asyncio.base_events.Server | None = None
-        self._clock: asyncio.Task[None] | None = None
         self._handlers: set[asyncio.Task[None]] = set()
 
     def call(self, call_id: str) -> Call:
@@ -57,7 +54,7 @@ class AudioSocketServer:
         host, _, port = self.config.listen.rpartition(":")
         self._server = await asyncio.start_server(self._accept, host.strip("[]"), int(port))
         self.bound = f"{host}:{self._server.sockets[0].getsockname()[1]}"
-        self._clock = asyncio.create_task(self._run_clock(), name="audiosocket-clock")
+        self.clock.start()
         log.info("audiosocket_listening", listen=self.bound)
 
     async def stop(self) -> None:
@@ -67,30 +64,8 @@ class AudioSocketServer:
         for call in list(self.calls.values()):
             call.end("shutdown")
         await asyncio.gather(*self._handlers, return_exceptions=True)
-        if self._clock:
-            self._clock.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._clock
+        self.clock.stop()
         await self._server.wait_closed()
-
-    async def _run_clock(self) -> None:
-        loop = asyncio.get_running_loop()
-        next_t = loop.time()
-        while True:
-            next_t += TICK_S
-            delay = next_t - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
-            elif delay < -TICK_S:  # the loop stalled: resync rather than burst
-                self.late_ticks += 1
-                next_t = loop.time()
-            self.last_tick_s = time.monotonic()
-            for call in tuple(self.calls.values()):
-                try:
-                    call.tick()
-                except Exception as exc:  # one broken call must not stop the others' clock
-                    log.exception("call_tick_failed", call_id=call.id, error=str(exc))
-                    call.end("internal_error")
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -129,9 +104,11 @@ class AudioSocketServer:
             call = Call(call_id, reader, writer, parser, self.speech, listening, self.config,
                         self.bus, self.metrics)
             self.calls[call_id] = call
+            self.clock.add(call)
             try:
                 await call.run(early)
             finally:
+                self.clock.remove(call)
                 self.calls.pop(call_id, None)
         finally:
             self.streams.close(call_id)

@@ -220,8 +220,11 @@ class AudioSocketConfig:
     """A connection that sends no UUID frame within this is closed."""
     peer_timeout_s: float = opt(10.0, min=0.5, max=3600.0, live=True)
     """A call whose peer sends nothing for this long is ended."""
-    max_send_buffer_bytes: int = opt(64_000, min=1000, max=10_000_000, live=True)
-    """A peer that does not read what we send (unsent bytes above this) is ended."""
+    max_send_buffer_bytes: int = opt(64_000, min=4096, max=10_000_000)
+    """A peer that does not read what we send (unsent bytes above about this: the
+    kernel's send buffer for the call) is ended."""
+    rt_priority: int = opt(20, min=0, max=99)
+    """SCHED_FIFO priority asked for the 20 ms call clock thread only; 0: do not ask."""
 
 
 @dataclass(frozen=True, kw_only=True)
