@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Load ramp: how many concurrent real-time streams a box takes, side by side with Piper.
+
+    tools/loadgen.py --url http://127.0.0.1:8080 --mix tts=2,call=1,wyoming=1
+    tools/loadgen.py --start-daemon --profile medium --peers piper-http,wyoming-piper --readme
+    tools/loadgen.py --start-daemon --quick --peers none --out /tmp/ramp
+
+It drives a running daemon (`--url`; or one it starts, `--start-daemon`) the way field
+reports do: start with a few streams, add a step every interval (default +10 every
+30 s; `--profile medium` is +2 every 20 s from 2, `--quick` +2 every 10 s for 3 steps at
+most), until the knee. Stream kinds, mixed by ratio (`--mix`): `tts` (HTTP streaming
+`/v1/tts`), `wyoming` (Wyoming synthesize), `call` (AudioSocket calls: real Asterisk
+prompts in, TTS replies out).
+
+Definitions (the same for every server; see loadgen_stats): a listener plays each reply
+at real-time pace from its first audio. *First audio* = request sent to first audio byte
+received. *Underrun* = a gap the listener hears. *Latency ratio* of a reply = (time from
+the request until the listener has heard it all) / (its audio length); 1.0 is real time.
+The knee is the first step whose p95 latency ratio is above 2.0 ("latency above 2x real
+time"), or with any underrun, or any admission refusal. *Sustained* = the streams of the
+last step before the knee.
+
+Side by side, in the same invocation: the same ramp with a TTS-only mix against
+cosyvoiced (`tts`), Piper's own HTTP server (`python -m piper.http_server`, whole WAV per
+request) and wyoming-piper (Wyoming, one chunk burst per sentence), on the same voice
+file, pinned to the same CPUs (`--cpus`), one server at a time.
+
+Per step: streams, first audio p50/p95/p99, latency ratio p95, transcript latency p95
+(calls: end of the caller's prompt to its transcript event), underruns (listeners' and
+the daemon's call counter), dropped frames, refusals, CPU % and PSS of the server and
+its child processes (/proc/PID/smaps_rollup), per-worker busy fraction (/v1/status),
+load average. Output under `--out`: loadgen.json, loadgen.md, latency.png,
+resources.png, failures.png; `--readme` also writes the Markdown between the
+`<!-- loadgen:begin -->` / `<!-- loadgen:end -->` markers of README.md and the plots
+under docs/loadgen/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime
+import shlex
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent / "benches"))
+
+import loadgen_peers as peers  # noqa: E402
+import loadgen_report as report  # noqa: E402
+from loadgen_ramp import RampResult, Server, parse_mix, ramp  # noqa: E402
+from loadgen_stats import PROFILES, Profile, loadavg_1m  # noqa: E402
+from loadgen_streams import CallStream  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+PEERS = ("piper-http", "wyoming-piper")
+PEER_KIND = {"piper-http": "piper", "wyoming-piper": "wyoming"}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n".join(__doc__.splitlines()[1:]))
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--url", help="a running cosyvoiced's HTTP API, e.g. http://127.0.0.1:8080")
+    src.add_argument("--start-daemon", action="store_true",
+                     help="start cosyvoiced (dev config, free ports) for the run")
+    p.add_argument("--mix", default="tts=1", help="stream kinds by ratio: tts, wyoming, call")
+    p.add_argument("--profile", choices=tuple(PROFILES), default="full")
+    p.add_argument("--quick", action="store_true", help="same as --profile quick (CI)")
+    p.add_argument("--start", type=int, help="streams in the first step")
+    p.add_argument("--step", type=int, help="streams added per step")
+    p.add_argument("--interval-s", type=float, help="seconds per step")
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--after-knee", type=int, help="steps still run past the knee")
+    p.add_argument("--peers", default=",".join(PEERS),
+                   help=f"peers for the TTS-only side by side: {', '.join(PEERS)}, or none")
+    p.add_argument("--peer-timeout-s", type=float, default=120.0,
+                   help="a peer not answering this long after its start is left out")
+    p.add_argument("--cpus", default="0-1", help="CPUs every server is pinned to")
+    p.add_argument("--workers", type=int, default=2, help="--start-daemon: worker processes")
+    p.add_argument("--out", type=Path, default=REPO / "var" / "loadgen")
+    p.add_argument("--readme", action="store_true",
+                   help="write the summary into README.md and the plots under docs/loadgen")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.profile = "quick"
+    return args
+
+
+def profile_of(args: argparse.Namespace) -> Profile:
+    base = PROFILES[args.profile]
+    over = {k: v for k, v in (("start", args.start), ("step", args.step),
+                              ("interval_s", args.interval_s), ("max_steps", args.max_steps),
+                              ("after_knee", args.after_knee)) if v is not None}
+    return dataclasses.replace(base, **over)
+
+
+def corpus() -> list:
+    """Real caller speech: Asterisk prompts of 1-4 s, int16 8 kHz."""
+    from prompts import prompts
+
+    out = []
+    for pr in prompts():
+        x = pr.samples()
+        if 1.0 < x.shape[0] / 8000 < 4.0:
+            out.append((x * 32767).astype("int16"))
+        if len(out) >= 60:
+            break
+    return out
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    mix = parse_mix(args.mix)
+    prof = profile_of(args)
+    wanted = [] if args.peers in ("", "none") else [x.strip() for x in args.peers.split(",")]
+    for w in wanted:
+        if w not in PEERS:
+            raise SystemExit(f"unknown peer {w!r}; peers: {', '.join(PEERS)}")
+    if "call" in mix:
+        CallStream.corpus = corpus()
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": report.machine(), "loadavg_before": loadavg_1m(),
+            "command": shlex.join([".venv/bin/python", "tools/loadgen.py", *argv]),
+            "profile_name": args.profile, "profile": dataclasses.asdict(prof),
+            "cpus": args.cpus}
+    ramps: list[RampResult] = []
+    with tempfile.TemporaryDirectory(prefix="loadgen-") as tmp_name:
+        tmp = Path(tmp_name)
+        daemon = None
+        try:
+            if args.start_daemon:
+                daemon, server = peers.start_cosyvoiced(tmp, args.cpus, args.workers)
+            else:
+                server = peers.attach(args.url.rstrip("/"))
+            ramps.append(asyncio.run(ramp(server, mix, prof)))
+            if wanted and list(mix) != ["tts"]:
+                ramps.append(asyncio.run(ramp(server, {"tts": 1.0}, prof)))
+        finally:
+            if daemon is not None:
+                daemon.stop()
+        for name in wanted:
+            start = peers.start_piper_http if name == "piper-http" else peers.start_wyoming_piper
+            try:
+                managed, peer = start(tmp, args.cpus, args.peer_timeout_s)
+            except peers.PeerError as exc:
+                print(f"{name}: not run: {exc}", file=sys.stderr)
+                meta.setdefault("peers_not_run", {})[name] = str(exc)[:500]
+                continue
+            try:
+                ramps.append(asyncio.run(ramp(peer, {PEER_KIND[name]: 1.0}, prof)))
+            finally:
+                managed.stop()
+    return finish(args, meta, ramps)
+
+
+def finish(args: argparse.Namespace, meta: dict, ramps: list[RampResult]) -> int:
+    meta["loadavg_after"] = loadavg_1m()
+    doc = report.summarize(ramps, meta)
+    report.write_json(doc, args.out / "loadgen.json")
+    report.plots(doc, args.out)
+    (args.out / "loadgen.md").write_text(report.markdown(doc, "."))
+    print(report.markdown(doc, None))
+    if args.readme:
+        docs = REPO / "docs" / "loadgen"
+        docs.mkdir(parents=True, exist_ok=True)
+        for n in report.PLOTS:
+            shutil.copy(args.out / n, docs / n)
+        report.update_readme(REPO / "README.md", report.markdown(doc, "docs/loadgen"))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    return run(parse_args(argv), argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["Server", "main"]

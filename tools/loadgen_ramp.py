@@ -1,0 +1,248 @@
+"""One load ramp against one server: add streams step by step until the knee.
+
+Each step runs `interval_s` with its number of streams (new streams start spread over
+the step's first second); the replies that finished during the step make its figures.
+The daemon's own counters (calls' underruns and dropped frames, refusals) and worker
+busy fractions come from `/metrics` and `/v1/status`; CPU and PSS from /proc, summed
+over the server process and all its children (the inference workers).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import ClientError, ClientSession, ClientTimeout
+
+from loadgen_stats import (
+    PROFILES,
+    RATIO_MAX,
+    Profile,
+    StepStats,
+    cpu_s,
+    knee_reasons,
+    loadavg_1m,
+    percentile,
+    process_tree,
+    pss_mb,
+)
+from loadgen_streams import KINDS, REPLIES, CallController, CallStream, Endpoints, Reply
+
+BUSY_SAMPLE_S = 2.0
+
+
+@dataclass
+class Server:
+    """A server under test: where it answers and which process it is."""
+
+    name: str
+    pid: int
+    ends: Endpoints
+    cosyvoiced: bool = False
+    """True: it has /metrics and /v1/status to read counters and busy fractions from."""
+
+
+@dataclass
+class RampResult:
+    server: str
+    mix: dict[str, float]
+    profile: Profile
+    steps: list[StepStats] = field(default_factory=list)
+    knee_step: int | None = None
+    """Index of the first step past the knee (None: the ramp ended clean)."""
+    knee_reasons: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    """A few error messages, for the report."""
+
+    @property
+    def sustained(self) -> int:
+        """Streams of the last step before the knee (0: the first step was past it)."""
+        last = self.steps if self.knee_step is None else self.steps[:self.knee_step]
+        return last[-1].streams if last else 0
+
+    @property
+    def beyond_knee_underran(self) -> bool:
+        """True when a step at or past the knee had underruns but no refusals: load was
+        admitted only to underrun instead of being refused."""
+        if self.knee_step is None:
+            return False
+        return any(s.underruns and not s.refused for s in self.steps[self.knee_step:])
+
+
+def parse_mix(text: str) -> dict[str, float]:
+    """"tts=2,call=1" -> {"tts": 2.0, "call": 1.0}; unknown kinds are an error."""
+    out: dict[str, float] = {}
+    for part in text.split(","):
+        name, _, weight = part.strip().partition("=")
+        if name not in KINDS:
+            raise ValueError(f"unknown stream kind {name!r}; kinds: {', '.join(KINDS)}")
+        w = float(weight) if weight else 1.0
+        if w < 0:
+            raise ValueError(f"negative weight for {name}")
+        out[name] = w
+    if not any(out.values()):
+        raise ValueError("the mix has no stream kind with a positive weight")
+    return out
+
+
+def next_kind(have: list[str], mix: dict[str, float]) -> str:
+    """The kind to add next: the one furthest below its share of len(have) + 1 streams."""
+    total = sum(mix.values())
+    n = len(have) + 1
+    return max(mix, key=lambda k: (mix[k] * n / total - have.count(k), mix[k]))
+
+
+def step_stats(index: int, streams: int, replies: list[Reply],
+               counters: dict[str, float] | None = None) -> StepStats:
+    """A step's latency and failure figures from the replies that finished in it."""
+    heard = [r.heard for r in replies if r.heard is not None]
+    ttfa_ms = [h.ttfa_s * 1000 for h in heard]
+    tr_ms = [t * 1000 for r in replies for t in r.transcript_s]
+    c = counters or {}
+    return StepStats(
+        step=index, streams=streams, replies=len(heard),
+        ttfa_p50_ms=percentile(ttfa_ms, 50), ttfa_p95_ms=percentile(ttfa_ms, 95),
+        ttfa_p99_ms=percentile(ttfa_ms, 99),
+        ratio_p95=percentile([h.ratio for h in heard], 95),
+        transcript_p95_ms=percentile(tr_ms, 95),
+        underruns=sum(h.underruns for h in heard) + int(c.get("underruns", 0)),
+        dropped_frames=int(c.get("dropped_frames", 0)),
+        refused=sum(r.refused for r in replies),
+        errors=sum(1 for r in replies if r.error))
+
+
+class Probe:
+    """Reads a cosyvoiced daemon's counters and worker busy fractions."""
+
+    def __init__(self, server: Server, session: ClientSession) -> None:
+        self.server = server
+        self.session = session
+
+    async def counters(self) -> dict[str, float]:
+        if not self.server.cosyvoiced or not self.server.ends.http:
+            return {}
+        async with self.session.get(f"{self.server.ends.http}/metrics") as r:
+            text = await r.text()
+        return parse_counters(text)
+
+    async def busy(self) -> list[float]:
+        if not self.server.cosyvoiced or not self.server.ends.http:
+            return []
+        async with self.session.get(f"{self.server.ends.http}/v1/status") as r:
+            status = await r.json()
+        return [float(w["busy"]) for w in (status.get("workers") or {}).get("workers", [])]
+
+
+def parse_counters(metrics_text: str) -> dict[str, float]:
+    """Underruns and dropped frames of calls, and all refusals, from /metrics text."""
+    out: dict[str, float] = {}
+    for line in metrics_text.splitlines():
+        if line.startswith('cosyvoiced_underruns_total{kind="call"}'):
+            out["underruns"] = float(line.split()[-1])
+        elif line.startswith('cosyvoiced_dropped_frames_total{kind="call"}'):
+            out["dropped_frames"] = float(line.split()[-1])
+        elif line.startswith("cosyvoiced_admissions_refused_total{"):
+            out["refused"] = out.get("refused", 0.0) + float(line.split()[-1])
+    return out
+
+
+async def ramp(server: Server, mix: dict[str, float], profile: Profile,
+               log: Callable[[str], None] = print, seed: int = 7) -> RampResult:
+    result = RampResult(server.name, mix, profile)
+    replies: list[Reply] = []
+    stop = asyncio.Event()
+    tasks: list[asyncio.Task[None]] = []
+    kinds: list[str] = []
+    rng = random.Random(seed)
+    ramp_left = math.inf
+    async with ClientSession(timeout=ClientTimeout(total=None, sock_connect=30)) as session:
+        probe = Probe(server, session)
+        await warm_up(server, mix, session)
+        ctl_task = None
+        if "call" in mix and server.ends.http:
+            CallStream.controller = CallController(server.ends.http, session)
+            ctl_task = asyncio.create_task(CallStream.controller.run())
+        try:
+            for index, (_offset_s, n) in enumerate(profile.schedule()):
+                t_step = time.monotonic()
+                added = n - len(tasks)
+                while len(tasks) < n:
+                    kind = next_kind(kinds, mix)
+                    kinds.append(kind)
+                    s = KINDS[kind](len(tasks), server.ends, session, replies, rng)
+                    delay = (len(tasks) - (n - added)) / max(added, 1)
+                    tasks.append(asyncio.create_task(s.run(stop, delay)))
+                pids = process_tree(server.pid)
+                cpu0, c0, done0 = cpu_s(pids), await _safe(probe.counters(), {}), len(replies)
+                busy: list[list[float]] = []
+                end = t_step + profile.interval_s
+                while (left := end - time.monotonic()) > 0:
+                    await asyncio.sleep(min(BUSY_SAMPLE_S, left))
+                    if b := await _safe(probe.busy(), []):
+                        busy.append(b)
+                wall_s = time.monotonic() - t_step
+                c1 = await _safe(probe.counters(), {})
+                delta = {k: c1.get(k, 0.0) - c0.get(k, 0.0) for k in c1}
+                st = step_stats(index, n, replies[done0:], delta)
+                st.refused = max(st.refused, int(delta.get("refused", 0)))
+                st.cpu_pct = 100 * (cpu_s(pids) - cpu0) / wall_s
+                st.pss_mb = pss_mb(process_tree(server.pid))
+                st.worker_busy = [sum(col) / len(col) for col in zip(*busy, strict=False)] \
+                    if busy else None
+                st.loadavg_1m = loadavg_1m()
+                result.steps.append(st)
+                result.errors += [r.error for r in replies[done0:] if r.error][:3]
+                reasons = knee_reasons(st)
+                log(f"{server.name}: step {index} streams {n} replies {st.replies} "
+                    f"ttfa p95 {st.ttfa_p95_ms:.0f} ms ratio p95 {st.ratio_p95:.2f} "
+                    f"underruns {st.underruns} refused {st.refused} cpu {st.cpu_pct:.0f}% "
+                    f"pss {st.pss_mb:.0f} MB{' KNEE: ' + '; '.join(reasons) if reasons else ''}")
+                if reasons and result.knee_step is None:
+                    result.knee_step, result.knee_reasons = index, reasons
+                    ramp_left = profile.after_knee
+                elif result.knee_step is not None:
+                    ramp_left -= 1
+                if ramp_left <= 0:
+                    break
+        finally:
+            stop.set()
+            _, pending = await asyncio.wait(tasks, timeout=3) if tasks else (set(), set())
+            for t in pending:
+                t.cancel()
+            if ctl_task is not None:
+                ctl_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ClientError):
+                    await ctl_task
+            for t in tasks:
+                if t.done() and not t.cancelled() and t.exception() is not None:
+                    result.errors.append(f"stream task failed: {t.exception()!r}")
+    return result
+
+
+async def warm_up(server: Server, mix: dict[str, float], session: ClientSession) -> None:
+    """Each reply text once per TTS kind, one at a time and not counted: voices loaded
+    lazily and first-run caches do not land in the first step."""
+    for kind in mix:
+        if kind == "call":
+            continue
+        s = KINDS[kind](-1, server.ends, session, [], random.Random(0))
+        for text in REPLIES:
+            s.text = lambda text=text: text  # type: ignore[method-assign]
+            await s.once(time.monotonic())
+
+
+async def _safe(coro: Any, default: Any) -> Any:
+    """A probe that fails (daemon busy, restarting) gives `default`, never ends the ramp."""
+    try:
+        return await asyncio.wait_for(coro, 10)
+    except (ClientError, OSError, TimeoutError, ValueError, KeyError):
+        return default
+
+
+__all__ = ["PROFILES", "RATIO_MAX", "RampResult", "Server", "next_kind", "parse_mix", "ramp"]

@@ -1,0 +1,249 @@
+"""What a ramp run leaves behind: JSON, a Markdown summary, PNG plots, and the README's
+ramp section (between `<!-- loadgen:begin -->` and `<!-- loadgen:end -->`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import re
+from pathlib import Path
+from typing import Any
+
+from loadgen_ramp import RampResult
+from loadgen_stats import RATIO_MAX, slope_per_stream
+
+BEGIN = "<!-- loadgen:begin -->"
+END = "<!-- loadgen:end -->"
+TTFA_BOUND_MS = 1000.0
+"""The second, stricter comparison: streams served with p95 first audio within this."""
+PLOTS = ("latency.png", "resources.png", "failures.png")
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    flags: set[str] = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name") and not model:
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    return {"cpu": model, "nproc": os.cpu_count(), "avx512_vnni": "avx512_vnni" in flags,
+            "python": platform.python_version(), "kernel": platform.release()}
+
+
+def sustained_within(r: RampResult, ttfa_ms: float) -> int:
+    """Streams of the last step, before the knee, whose first audio p95 was within
+    ttfa_ms (0: none)."""
+    best = 0
+    for i, s in enumerate(r.steps):
+        if r.knee_step is not None and i >= r.knee_step:
+            break
+        if s.ttfa_p95_ms <= ttfa_ms:
+            best = s.streams
+        else:
+            break
+    return best
+
+
+def pss_slope(r: RampResult) -> float:
+    """MB of PSS per added stream, fitted over the steps before the knee (all, if the
+    knee came at once)."""
+    steps = r.steps[:r.knee_step] if r.knee_step else r.steps
+    if len(steps) < 2:
+        steps = r.steps
+    return slope_per_stream([s.streams for s in steps], [s.pss_mb for s in steps])
+
+
+def summarize(ramps: list[RampResult], meta: dict[str, Any]) -> dict[str, Any]:
+    """The JSON document, targets included."""
+    out: dict[str, Any] = {**meta, "ratio_max": RATIO_MAX, "ttfa_bound_ms": TTFA_BOUND_MS,
+                           "ramps": []}
+    for r in ramps:
+        out["ramps"].append({
+            "server": r.server, "mix": r.mix, "profile": dataclasses.asdict(r.profile),
+            "steps": [_clean(dataclasses.asdict(s)) for s in r.steps],
+            "knee_step": r.knee_step, "knee_reasons": r.knee_reasons,
+            "sustained_streams": r.sustained,
+            "sustained_streams_ttfa_1s": sustained_within(r, TTFA_BOUND_MS),
+            "pss_mb_per_stream": _num(pss_slope(r)),
+            "beyond_knee_underran": r.beyond_knee_underran, "errors": r.errors[:10]})
+    out["targets"] = targets(ramps)
+    return out
+
+
+def targets(ramps: list[RampResult]) -> list[dict[str, Any]]:
+    by = {(r.server, tuple(r.mix)): r for r in ramps}
+    ours = by.get(("cosyvoiced", ("tts",)))
+    piper = by.get(("piper-http", ("piper",)))
+    out = []
+    if ours and piper:
+        ratio = ours.sustained / piper.sustained if piper.sustained else math.inf
+        out.append({"name": "cosyvoiced / Piper HTTP server, concurrent real-time TTS streams",
+                    "value": _num(ratio), "goal": ">= 3", "ok": ratio >= 3,
+                    "detail": f"{ours.sustained} vs {piper.sustained}"})
+    for r in ramps:
+        if r.server != "cosyvoiced":
+            continue
+        slope = pss_slope(r)
+        out.append({"name": f"PSS growth per added stream, MB (mix {_mix(r.mix)})",
+                    "value": _num(slope), "goal": "<= 0.5",
+                    "ok": not math.isnan(slope) and slope <= 0.5})
+        out.append({"name": f"no load admitted only to underrun past the knee (mix {_mix(r.mix)})",
+                    "value": float(not r.beyond_knee_underran), "goal": "1",
+                    "ok": not r.beyond_knee_underran and r.knee_step is not None,
+                    "detail": "no knee reached" if r.knee_step is None else
+                    "; ".join(r.knee_reasons)})
+    return out
+
+
+def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
+    m = doc["machine"]
+    p = doc["profile"]
+    lines = [
+        f"Measured {doc['date']} on {m['cpu']} ({m['nproc']} CPUs"
+        f"{', AVX-512 VNNI' if m['avx512_vnni'] else ''}), Python {m['python']}, with "
+        f"load average {doc['loadavg_before']} before the run (other jobs share this "
+        f"machine). Profile `{doc['profile_name']}`: {p['start']} streams, "
+        f"+{p['step']} every {p['interval_s']:g} s, until the knee. Servers pinned to CPUs "
+        f"`{doc['cpus']}`; the load generator runs on the same box.", "",
+        f"    {doc['command']}", ""]
+    lines += headline(doc) + [""]
+    lines += [
+        "How it is measured (the same for every server): each stream asks for an IVR-style "
+        "reply (3–6 s of speech), reads it as it arrives, and a listener plays it at "
+        "real-time pace from its first audio; the next request goes when the listener has "
+        "heard it all. *First audio*: request sent to the first audio byte received "
+        "(Piper's HTTP server answers with a whole WAV, so its first audio is the body's "
+        "first byte; cosyvoiced streams each clause as it is synthesized). An *underrun* is "
+        "a gap the listener hears (≥ 5 ms). The *latency ratio* of a reply is (time from the "
+        "request until the listener has heard all of it) / (its audio length): 1.0 is real "
+        f"time, {RATIO_MAX:g} means as much waiting as speech. A step is past the knee when "
+        f"its p95 latency ratio is above {RATIO_MAX:g}, or it had any underrun or any "
+        "admission refusal. *Sustained* = streams of the last step before the knee.", ""]
+    head = ("| server | mix | streams | replies | first audio p50/p95/p99 ms | latency ratio "
+            "p95 | transcript p95 ms | underruns | dropped | refused | CPU % | PSS MB | "
+            "worker busy | load |")
+    lines += [head, "|" + "---|" * 14]
+    for r in doc["ramps"]:
+        for i, s in enumerate(r["steps"]):
+            knee = " **knee**" if r["knee_step"] == i else ""
+            busy = "/".join(f"{b:.2f}" for b in s["worker_busy"]) if s["worker_busy"] else "–"
+            lines.append(
+                f"| {r['server']} | {_mix(r['mix'])} | {s['streams']}{knee} | {s['replies']} | "
+                f"{_f(s['ttfa_p50_ms'])}/{_f(s['ttfa_p95_ms'])}/{_f(s['ttfa_p99_ms'])} | "
+                f"{_f(s['ratio_p95'], 2)} | {_f(s['transcript_p95_ms'])} | {s['underruns']} | "
+                f"{s['dropped_frames']} | {s['refused']} | {_f(s['cpu_pct'])} | "
+                f"{_f(s['pss_mb'])} | {busy} | {_f(s['loadavg_1m'], 1)} |")
+    lines += ["", "| ramp | sustained | with first audio p95 ≤ 1 s | knee | PSS MB per stream |",
+              "|---|---|---|---|---|"]
+    for r in doc["ramps"]:
+        lines.append(f"| {r['server']} ({_mix(r['mix'])}) | {r['sustained_streams']} | "
+                     f"{r['sustained_streams_ttfa_1s']} | "
+                     f"{'; '.join(r['knee_reasons']) or 'none (clean finish)'} | "
+                     f"{_f(r['pss_mb_per_stream'], 2)} |")
+    lines += ["", "Targets:", ""]
+    for t in doc["targets"]:
+        detail = f" ({t['detail']})" if t.get("detail") else ""
+        lines.append(f"- {t['name']}: {_f(t['value'], 2)}, goal {t['goal']}: "
+                     f"**{'ok' if t['ok'] else 'FAIL'}**{detail}")
+    if plots_rel is not None:
+        lines += [""] + [f"![{n.removesuffix('.png')}]({plots_rel}/{n})" for n in PLOTS]
+    return "\n".join(lines) + "\n"
+
+
+def headline(doc: dict[str, Any]) -> list[str]:
+    by = {(r["server"], tuple(r["mix"])): r for r in doc["ramps"]}
+    ours = by.get(("cosyvoiced", ("tts",)))
+    peers = [by.get(("piper-http", ("piper",))), by.get(("wyoming-piper", ("wyoming",)))]
+    if not ours or not any(peers):
+        return []
+    parts = [f"{p['sustained_streams']} for {p['server']}" for p in peers if p]
+    strict = [f"{p['sustained_streams_ttfa_1s']} for {p['server']}" for p in peers if p]
+    return [f"**{ours['sustained_streams']} concurrent real-time TTS streams on cosyvoiced vs "
+            f"{' and '.join(parts)} on the same box** (with first audio p95 within 1 s: "
+            f"{ours['sustained_streams_ttfa_1s']} vs {' and '.join(strict)})."]
+
+
+def plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    specs = {
+        "latency.png": [("first audio (ms)", ("ttfa_p50_ms", "ttfa_p95_ms", "ttfa_p99_ms"), True),
+                        ("latency ratio p95", ("ratio_p95",), False)],
+        "resources.png": [("CPU % (of one core)", ("cpu_pct",), False),
+                          ("PSS (MB)", ("pss_mb",), False)],
+        "failures.png": [("underruns", ("underruns",), False),
+                         ("refusals", ("refused",), False)],
+    }
+    styles = ("-", "--", ":")
+    written = []
+    for name, panels in specs.items():
+        fig, axes = plt.subplots(1, len(panels), figsize=(9, 3.4), dpi=80)
+        for ax, (title, keys, logy) in zip(axes, panels, strict=True):
+            for ci, r in enumerate(doc["ramps"]):
+                color = colors[ci % len(colors)]
+                xs = [s["streams"] for s in r["steps"]]
+                for key, style in zip(keys, styles, strict=False):
+                    ys = [_nan(s[key]) for s in r["steps"]]
+                    label = f"{r['server']} ({_mix(r['mix'])})" + \
+                        (f" {key.split('_')[1]}" if len(keys) > 1 else "")
+                    ax.plot(xs, ys, style, marker="o", markersize=3, color=color, label=label)
+                if r["knee_step"] is not None:
+                    ax.axvline(xs[r["knee_step"]], color=color, alpha=0.5, linewidth=1)
+            if "ratio_p95" in keys:
+                ax.axhline(RATIO_MAX, color="grey", linestyle="--", linewidth=1)
+            if logy:
+                ax.set_yscale("log")
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("concurrent streams (vertical line: knee)", fontsize=8)
+            ax.tick_params(labelsize=7)
+        axes[0].legend(fontsize=6)
+        fig.tight_layout()
+        path = out_dir / name
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def update_readme(readme: Path, section: str) -> None:
+    """Replace what is between the markers (they must both be there, in order)."""
+    text = readme.read_text()
+    pat = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    if not pat.search(text):
+        raise ValueError(f"{readme}: no {BEGIN} ... {END} markers")
+    readme.write_text(pat.sub(lambda _m: f"{BEGIN}\n{section}{END}", text, count=1))
+
+
+def write_json(doc: dict[str, Any], path: Path) -> None:
+    path.write_text(json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n")
+
+
+def _clean(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: (_num(v) if isinstance(v, float) else v) for k, v in d.items()}
+
+
+def _num(v: float) -> float | None:
+    """JSON has no NaN/inf: they become null."""
+    return None if v is None or math.isnan(v) or math.isinf(v) else round(v, 4)
+
+
+def _nan(v: float | None) -> float:
+    return math.nan if v is None else v
+
+
+def _f(v: float | None, digits: int = 0) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def _mix(mix: dict[str, float]) -> str:
+    return ",".join(f"{k}={v:g}" for k, v in mix.items())

@@ -1,0 +1,231 @@
+"""The load ramp's arithmetic: the listener model, percentiles, the step schedule, the
+knee, and the daemon's CPU and memory as /proc shows them.
+
+Everything here is pure (or reads /proc only), so tests/test_loadgen.py checks it with
+made-up numbers.
+
+The listener model, the same for every server: a stream's reply is read as it arrives
+(each arrival: time, seconds of audio in it) and a listener plays it at real-time pace
+from its first audio. When the listener has played everything that has arrived while
+more is still to come, it hears a gap: an *underrun*, whose length adds to `stall_s`.
+The *latency ratio* of a reply is
+
+    (time from the request until the listener has heard the whole reply) / (its audio)
+    = (time to first audio + stalls + audio) / audio
+
+1.0 is ideal (real time, nothing to wait for); 2.0 means the listener spent as long
+waiting (before the first sound and in gaps) as hearing speech. "Above 2x real time"
+is a p95 latency ratio above 2.0.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+UNDERRUN_MIN_S = 0.005
+"""A gap shorter than this is timer noise of the client, not a gap anyone hears."""
+
+
+@dataclass(frozen=True)
+class Heard:
+    """What the listener model makes of one reply."""
+
+    ttfa_s: float
+    """Request sent to first audio received."""
+    audio_s: float
+    stall_s: float
+    """Silence heard after the first audio, while the rest was late."""
+    underruns: int
+    """Gaps heard (each at least UNDERRUN_MIN_S)."""
+
+    @property
+    def ratio(self) -> float:
+        """Latency ratio: (ttfa + stalls + audio) / audio (inf for a reply with no audio)."""
+        if self.audio_s <= 0:
+            return math.inf
+        return (self.ttfa_s + self.stall_s + self.audio_s) / self.audio_s
+
+
+def listen(request_s: float, arrivals: list[tuple[float, float]],
+           jitter_s: float = 0.0) -> Heard:
+    """Play `arrivals` ((time received, seconds of audio), in order) at real-time pace
+    from the first one (plus `jitter_s`, a jitter buffer); return what a listener hears."""
+    if not arrivals:
+        return Heard(math.inf, 0.0, 0.0, 0)
+    first_s = arrivals[0][0]
+    playhead_s = first_s + jitter_s  # when the audio so far will have finished playing
+    stall_s = 0.0
+    underruns = 0
+    for at_s, audio_s in arrivals:
+        if at_s > playhead_s:
+            gap_s = at_s - playhead_s
+            if gap_s >= UNDERRUN_MIN_S:
+                underruns += 1
+                stall_s += gap_s
+            playhead_s = at_s
+        playhead_s += audio_s
+    total_s = sum(a for _, a in arrivals)
+    return Heard(first_s - request_s, total_s, stall_s, underruns)
+
+
+def percentile(values: list[float], q: float) -> float:
+    """The q-th percentile (linear interpolation, as numpy's default); NaN when empty."""
+    finite = [v for v in values if not math.isnan(v)]
+    if not finite:
+        return math.nan
+    return float(np.percentile(np.asarray(finite, dtype=np.float64), q))
+
+
+# --- the ramp ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Profile:
+    start: int
+    """Streams in the first step."""
+    step: int
+    """Streams added at each later step."""
+    interval_s: float
+    max_steps: int
+    max_streams: int
+    after_knee: int
+    """Steps still run after the knee (to see whether more load is refused or degraded)."""
+
+    def schedule(self) -> list[tuple[float, int]]:
+        """(offset from the ramp's start in s, streams running from then on), per step."""
+        out = []
+        n = self.start
+        for i in range(self.max_steps):
+            if n > self.max_streams:
+                break
+            out.append((i * self.interval_s, n))
+            n += self.step
+        return out
+
+
+PROFILES = {
+    "full": Profile(start=10, step=10, interval_s=30.0, max_steps=40, max_streams=1000,
+                    after_knee=1),
+    "medium": Profile(start=2, step=2, interval_s=20.0, max_steps=30, max_streams=200,
+                      after_knee=1),
+    "quick": Profile(start=2, step=2, interval_s=10.0, max_steps=3, max_streams=20,
+                     after_knee=0),
+}
+"""full: the defaults (field-report style); medium: finer steps for a small box;
+quick: CI, at most 3 steps of 10 s."""
+
+RATIO_MAX = 2.0
+"""The knee's latency bound: p95 latency ratio above this is "above 2x real time"."""
+
+
+@dataclass
+class StepStats:
+    """What one step measured; the JSON, the table and the plots are made from these."""
+
+    step: int
+    streams: int
+    replies: int = 0
+    ttfa_p50_ms: float = math.nan
+    ttfa_p95_ms: float = math.nan
+    ttfa_p99_ms: float = math.nan
+    ratio_p95: float = math.nan
+    transcript_p95_ms: float = math.nan
+    underruns: int = 0
+    """Gaps heard by the listeners, plus the daemon's own underrun counter (calls)."""
+    dropped_frames: int = 0
+    refused: int = 0
+    errors: int = 0
+    cpu_pct: float = math.nan
+    """CPU of the server and its child processes, % of one core."""
+    pss_mb: float = math.nan
+    worker_busy: list[float] | None = None
+    loadavg_1m: float = math.nan
+
+
+def knee_reasons(s: StepStats, ratio_max: float = RATIO_MAX) -> list[str]:
+    """Why this step is past the knee (empty: it is not)."""
+    out = []
+    if s.ratio_p95 > ratio_max:
+        out.append(f"p95 latency ratio {s.ratio_p95:.2f} > {ratio_max:g}")
+    if s.underruns:
+        out.append(f"{s.underruns} underruns")
+    if s.refused:
+        out.append(f"{s.refused} refusals")
+    if s.replies == 0 and s.streams > 0:
+        out.append("no reply finished")
+    return out
+
+
+def slope_per_stream(streams: list[int], values: list[float]) -> float:
+    """Least-squares slope of values against streams (NaN with fewer than 2 distinct)."""
+    pts = [(x, y) for x, y in zip(streams, values, strict=True) if not math.isnan(y)]
+    if len({x for x, _ in pts}) < 2:
+        return math.nan
+    xs = np.array([x for x, _ in pts], dtype=np.float64)
+    ys = np.array([y for _, y in pts], dtype=np.float64)
+    return float(np.polyfit(xs, ys, 1)[0])
+
+
+# --- /proc ---------------------------------------------------------------------------
+
+
+def parse_pss_kb(smaps_rollup: str) -> int:
+    """The `Pss:` line of /proc/PID/smaps_rollup, in kB."""
+    for line in smaps_rollup.splitlines():
+        if line.startswith("Pss:"):
+            parts = line.split()
+            if len(parts) >= 3 and parts[2] == "kB":
+                return int(parts[1])
+            raise ValueError(f"unexpected Pss line: {line!r}")
+    raise ValueError("no Pss line in smaps_rollup")
+
+
+def process_tree(pid: int, proc: Path = Path("/proc")) -> list[int]:
+    """pid and all its descendants (via /proc/PID/task/TID/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            tasks = list((proc / str(p) / "task").iterdir())
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                todo += [int(c) for c in (t / "children").read_text().split()]
+            except OSError:
+                continue
+    return out
+
+
+def pss_mb(pids: list[int], proc: Path = Path("/proc")) -> float:
+    """Summed PSS of the processes, in MB (processes gone meanwhile count 0)."""
+    total_kb = 0
+    for pid in pids:
+        try:
+            total_kb += parse_pss_kb((proc / str(pid) / "smaps_rollup").read_text())
+        except OSError:
+            continue
+    return total_kb / 1024.0
+
+
+def cpu_s(pids: list[int], proc: Path = Path("/proc")) -> float:
+    """User + system CPU seconds of the processes so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            parts = (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(parts[11]) + int(parts[12])) / tick
+    return total
+
+
+def loadavg_1m(proc: Path = Path("/proc")) -> float:
+    return float((proc / "loadavg").read_text().split()[0])
