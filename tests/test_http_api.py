@@ -68,6 +68,50 @@ def test_tts_streams_wav_with_timing_header():
     run(go)
 
 
+def test_tts_sends_rtf_and_audio_length_as_trailers():
+    """A client that reads trailers (h11) gets the RTF once the audio is out; the
+    connection stays usable for a second request (the chunked framing is intact)."""
+    import h11
+
+    async def main():
+        server = TestServer(make_app(FakeDaemon()))
+        await server.start_server()
+        try:
+            reader, writer = await asyncio.open_connection(server.host, server.port)
+            conn = h11.Connection(h11.CLIENT)
+            results = []
+            for _ in range(2):
+                body = json.dumps({"text": "one two three"}).encode()
+                writer.write(conn.send(h11.Request(
+                    method="POST", target="/v1/tts",
+                    headers=[("Host", "x"), ("Content-Type", "application/json"),
+                             ("Content-Length", str(len(body)))])))
+                writer.write(conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
+                audio, head, trailers = b"", None, None
+                while trailers is None:
+                    ev = conn.next_event()
+                    if ev is h11.NEED_DATA:
+                        conn.receive_data(await reader.read(65536))
+                    elif isinstance(ev, h11.Response):
+                        head = dict(ev.headers)
+                    elif isinstance(ev, h11.Data):
+                        audio += ev.data
+                    elif isinstance(ev, h11.EndOfMessage):
+                        trailers = dict(ev.headers)
+                results.append((head, audio, trailers))
+                conn.start_next_cycle()
+            writer.close()
+            return results
+        finally:
+            await server.close()
+
+    for head, audio, trailers in asyncio.run(main()):
+        assert head[b"trailer"] == b"X-Audio-Seconds, X-Real-Time-Factor"
+        assert len(audio) == 44 + 3 * 2205 * 2
+        assert float(trailers[b"x-audio-seconds"]) == pytest.approx(3 * 2205 / 22050, abs=1e-3)
+        assert float(trailers[b"x-real-time-factor"]) > 0
+
+
 def test_tts_options_reach_the_engine():
     async def go(http, daemon):
         body = {"text": "hi there", "voice": "en_US-joe-medium", "speed": 2.0, "rate_hz": 8000,

@@ -130,6 +130,7 @@ class TtsRoutes:
                         "X-Sample-Format": chunk.format,
                         "X-Stream-Id": info.id,
                         "X-Time-To-First-Audio-Ms": f"{ttfa_s * 1000:.1f}",
+                        "Trailer": ", ".join(TRAILERS),
                     })
                     response.enable_chunked_encoding()
                     await response.prepare(request)
@@ -154,7 +155,9 @@ class TtsRoutes:
                  rtf=round(took_s / audio_s, 4) if audio_s else None)
         if response is None:  # text that normalized to nothing speakable
             raise ApiError(400, "empty_text", "nothing to speak after normalization")
-        await response.write_eof()
+        await _end_with_trailers(response, {
+            "X-Audio-Seconds": f"{audio_s:.3f}",
+            "X-Real-Time-Factor": f"{took_s / audio_s:.4f}" if audio_s else "0"})
         return response
 
 
@@ -192,3 +195,21 @@ def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], *,
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         raise ApiError(400, "bad_field", f"{name!r} must be {names}, got {type(value).__name__}")
     return value
+
+
+TRAILERS = ("X-Audio-Seconds", "X-Real-Time-Factor")
+"""Known only once the audio is out: sent as HTTP/1.1 chunked trailers."""
+
+
+async def _end_with_trailers(response: web.StreamResponse, trailers: dict[str, str]) -> None:
+    """The last chunk plus trailer fields. aiohttp has no trailer API (its writer ends a
+    chunked body with a bare "0\r\n\r\n"), so the terminator is written here and the
+    writer, told the body is no longer chunked, adds nothing after it."""
+    writer = response._payload_writer  # noqa: SLF001 - no public way to send trailers
+    if writer is None or not writer.chunked:
+        await response.write_eof()
+        return
+    fields = "".join(f"{k}: {v}\r\n" for k, v in trailers.items())
+    writer.chunked = False
+    await writer.write(f"0\r\n{fields}\r\n".encode("ascii"))
+    await response.write_eof()
