@@ -78,11 +78,12 @@ def _options(ort: Any, threads: int, inter_threads: int, spin: bool = False) -> 
     return opts
 
 
-def _session(ort: Any, model: str, opts: Any) -> ort.InferenceSession:
+def _session(ort: Any, model: str | bytes, opts: Any) -> ort.InferenceSession:
     try:
         return ort.InferenceSession(model, sess_options=opts, providers=["CPUExecutionProvider"])
     except Exception as exc:  # one gate: every ORT load error becomes an OnnxError
-        raise OnnxError(f"cannot load ONNX model {model}: {exc}", code="onnx_load") from exc
+        name = "(in memory)" if isinstance(model, bytes) else model
+        raise OnnxError(f"cannot load ONNX model {name}: {exc}", code="onnx_load") from exc
 
 
 def _write_cache(ort: Any, model_path: str, cached: Path, threads: int, inter: int) -> bool:
@@ -110,7 +111,7 @@ def _write_cache(ort: Any, model_path: str, cached: Path, threads: int, inter: i
             os.unlink(tmp)
 
 
-def create_session(model_path: str | os.PathLike[str], *, threads: int = 1,
+def create_session(model_path: str | os.PathLike[str] | bytes, *, threads: int = 1,
                    inter_threads: int = 1, cache_dir: str | os.PathLike[str] | None = None,
                    spin: bool = False) -> ort.InferenceSession:
     """A CPU session for `model_path` with `threads` intra-op threads.
@@ -118,11 +119,16 @@ def create_session(model_path: str | os.PathLike[str], *, threads: int = 1,
     With `cache_dir`, the optimized graph is saved there on first use and loaded from
     there afterwards (falls back to the original model if the cache is unwritable).
     `spin`: let idle intra-op threads busy-wait (off by default: workers share cores).
+    `model_path` may also be a serialized model (bytes, built in memory: never cached).
     """
     ort = import_ort()
     if threads < 1 or inter_threads < 1:
         raise OnnxError(f"thread counts must be >= 1 (got {threads}/{inter_threads})",
                         code="onnx_threads")
+    if isinstance(model_path, bytes):
+        opts = _options(ort, threads, inter_threads, spin)
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        return _session(ort, model_path, opts)
     model = str(model_path)
     if not os.path.isfile(model):
         raise OnnxError(f"ONNX model not found: {model}", code="onnx_missing_model")

@@ -21,7 +21,7 @@ from cosyvoiced.log import setup_logging
 from cosyvoiced.ring import Ring, RingError
 from cosyvoiced.tts.request import SynthesisOptions
 from cosyvoiced.tts.synth import TtsEngine
-from cosyvoiced.vad import SileroBatch, model_path
+from cosyvoiced.vad import SileroBatch
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.listening import WorkerListening
 from cosyvoiced.workers.process import WorkerSetup, pin_all_threads, renice_all, thread_count
@@ -51,9 +51,10 @@ class Worker:
         self.tts = TtsScheduler(self._make_gen, self._send, policy=setup.policy,
                                 lookahead_s=setup.lookahead_s, on_clause=self.meter.add_clause)
         self.vad = VadTicker(self._make_vad, setup.vad_tick_ms / 1000)
-        self._vad_session: Any = None
+        self._vads: dict[int, SileroBatch] = {}
         self._rings: dict[str, Ring] = {}
-        self.listen = WorkerListening(setup, self.vad, self._send, len(cpus))
+        self.listen = WorkerListening(setup, self.vad, self._send, len(cpus),
+                                      on_busy=self.meter.add_busy)
         self._stop = False
         self.clauses = 0
         self.vad_us = 0.0
@@ -61,12 +62,13 @@ class Worker:
     # --- setup --------------------------------------------------------------------
 
     def _make_vad(self, rate_hz: int) -> SileroBatch:
-        if self._vad_session is None:
-            from cosyvoiced.onnx import create_session
-
-            self._vad_session = create_session(model_path(), threads=self.setup.onnx_threads,
-                                               cache_dir=self.setup.cache_dir)
-        return SileroBatch(rate_hz, self.setup.vad_capacity, session=self._vad_session)
+        """The rate's VAD batch (one per rate, each its own flat graph): the one warmed up."""
+        batch = self._vads.get(rate_hz)
+        if batch is None:
+            batch = self._vads[rate_hz] = SileroBatch(
+                rate_hz, self.setup.vad_capacity, threads=self.setup.onnx_threads,
+                cache_dir=self.setup.cache_dir)
+        return batch
 
     def _make_gen(self, job: SayJob, stream: TtsStream) -> Any:
         options = job.options if job.options is not None else SynthesisOptions()
@@ -83,15 +85,17 @@ class Worker:
                 WARMUP_TEXT, SynthesisOptions(format="float32")))
             rtf = (time.perf_counter() - t0) / audio_s if audio_s else 0.0
             self.meter.rtf = rtf
-        batch = self._make_vad(16000)
-        slots = [batch.open() for _ in range(min(32, batch.capacity))]
-        windows = np.zeros((len(slots), batch.window), dtype=np.float32)
-        batch.run(slots, windows)
-        t0 = time.perf_counter()
-        batch.run(slots, windows)
-        vad_us = (time.perf_counter() - t0) * 1e6 / len(slots)  # per window, batched
-        for slot in slots:
-            batch.close(slot)
+        vad_us = 0.0
+        for rate_hz in (8000, 16000):  # calls are 8 kHz, most else 16 kHz: load both now
+            batch = self._make_vad(rate_hz)
+            slots = [batch.open() for _ in range(min(32, batch.capacity))]
+            windows = np.zeros((len(slots), batch.window), dtype=np.float32)
+            batch.run(slots, windows)
+            t0 = time.perf_counter()
+            batch.run(slots, windows)
+            vad_us = (time.perf_counter() - t0) * 1e6 / len(slots)  # per window, batched
+            for slot in slots:
+                batch.close(slot)
         self.vad_us = vad_us
         self.listen.warm_up()
         return rtf, vad_us
