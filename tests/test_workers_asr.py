@@ -49,10 +49,10 @@ def utt(stream: str, end_s: float) -> Utterance:
 def test_batches_take_the_earliest_deadlines_first_up_to_max_batch():
     clock, dec, out = Clock(), FakeDecoder(), []
     q = AsrQueue(dec, lambda sid, t: out.append((sid, t)), max_batch=2, clock=clock)
-    q.push(utt("late", 5.0))
-    q.push(utt("early", 1.0))
-    q.push(utt("mid", 3.0))
-    assert q.latest_start_s() == pytest.approx(1.0 + q.deadline_s - q.batch_s)
+    q.push(utt("late", clock.t + 5.0))  # slack for a batch of two (not overdue)
+    q.push(utt("early", clock.t + 1.0))
+    q.push(utt("mid", clock.t + 3.0))
+    assert q.latest_start_s() == pytest.approx(clock.t + 1.0 + q.deadline_s - q.batch_s)
     assert q.run() == 2
     assert dec.batches == [["early", "mid"]]
     assert q.run() == 1 and dec.batches[-1] == ["late"]
@@ -78,9 +78,10 @@ def test_closing_a_stream_makes_its_jobs_due_now_and_acks_after_the_last():
 
 def test_a_failed_batch_reports_a_typed_error_per_utterance_and_the_queue_goes_on():
     dec, out = FakeDecoder(fail=True), []
-    q = AsrQueue(dec, lambda sid, r: out.append((sid, r)), clock=Clock())
-    q.push(utt("a", 1.0))
-    q.push(utt("b", 1.0))
+    clock = Clock()
+    q = AsrQueue(dec, lambda sid, r: out.append((sid, r)), clock=clock)
+    q.push(utt("a", clock.t + 1.0))
+    q.push(utt("b", clock.t + 1.0))
     assert q.run() == 2
     assert [type(r) for _, r in out] == [AsrError, AsrError]
     assert len(q) == 0

@@ -3,8 +3,17 @@ clause and an ASR batch.
 
 Every finished utterance (any listen stream of the worker) becomes a job whose deadline
 is its end of speech plus `DEADLINE_S`; a stream being closed makes its jobs due now.
-A batch takes up to `max_batch` jobs, earliest deadline first, and decodes them in one
-`WhisperAsr.transcribe` call (Whisper's encoder is far cheaper per utterance batched).
+A batch takes jobs earliest deadline first, as many as can be decoded before the
+earliest one's deadline at the measured cost per utterance (at least one, at most
+`max_batch`), and decodes them in one `WhisperAsr.transcribe` call. Measured on the
+2-core dev box (1 thread, 2000-frame encoder): a batch of 8 took ~6 s, 0.7 s per
+utterance against 0.3-0.45 s alone, so a fixed batch of 8 made every transcript in it
+late and stalled the worker for seconds; at 1000 frames batching is ~2x cheaper per
+utterance. Sizing by slack lets both cases batch only what their deadlines allow.
+
+`take()` / `deliver()` split a batch so the decode can run off the worker's loop thread
+(`AsrRunner`): the VAD tick must keep reading the capture rings (2 s deep) while Whisper
+works, or every stream of the worker drops audio.
 
 The worker loop's policy, one unit of work per turn:
 1. control messages (always first: control outranks data);
@@ -23,6 +32,7 @@ import heapq
 import itertools
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -71,7 +81,8 @@ class AsrQueue:
         self._pending: dict[str, int] = {}
         self._closing: set[str] = set()
         self.batch_s = 0.2
-        """Expected duration of the next batch (moving average of measured ones)."""
+        """Expected duration of a one-utterance batch (moving average of measured ones,
+        per utterance decoded)."""
         self.batches = 0
         self.decoded = 0
 
@@ -105,11 +116,17 @@ class AsrQueue:
             return None
         return self._heap[0].deadline_s - self.batch_s
 
-    def run(self) -> int:
-        """Decode one batch (earliest deadlines first); returns utterances decoded."""
-        jobs = [heapq.heappop(self._heap) for _ in range(min(self.max_batch, len(self._heap)))]
-        if not jobs:
-            return 0
+    def take(self) -> list[AsrJob]:
+        """Pop the next batch: earliest deadlines first, as many as fit before the first
+        one's deadline at `batch_s` each (at least one, at most `max_batch`)."""
+        if not self._heap:
+            return []
+        slack = self._heap[0].deadline_s - self.clock()
+        k = max(1, min(self.max_batch, int(slack / max(self.batch_s, 1e-3))))
+        return [heapq.heappop(self._heap) for _ in range(min(k, len(self._heap)))]
+
+    def decode(self, jobs: Sequence[AsrJob]) -> tuple[list[Any], float]:
+        """Decode a batch (safe off the loop thread); a typed failure fails the batch only."""
         t0 = time.perf_counter()
         try:
             results: list[Any] = list(self.decoder.transcribe([j.utterance for j in jobs]))
@@ -118,8 +135,11 @@ class AsrQueue:
             if not isinstance(code, str):
                 log.exception("asr_batch_failed", jobs=len(jobs))
             results = [exc] * len(jobs)
-        took = time.perf_counter() - t0
-        self.batch_s += _EWMA * (took - self.batch_s)
+        return results, time.perf_counter() - t0
+
+    def deliver(self, jobs: Sequence[AsrJob], results: Sequence[Any], took_s: float) -> int:
+        """Emit a decoded batch's results (on the loop thread); returns utterances."""
+        self.batch_s += _EWMA * (took_s / max(1, len(jobs)) - self.batch_s)
         self.batches += 1
         self.decoded += len(jobs)
         for job, result in zip(jobs, results, strict=True):
@@ -135,6 +155,84 @@ class AsrQueue:
                     if self.on_idle is not None:
                         self.on_idle(sid)
         return len(jobs)
+
+    def run(self) -> int:
+        """Decode one batch here and now; returns utterances decoded."""
+        jobs = self.take()
+        if not jobs:
+            return 0
+        results, took = self.decode(jobs)
+        return self.deliver(jobs, results, took)
+
+
+class AsrRunner:
+    """Decodes an `AsrQueue`'s batches on one background thread, one batch at a time.
+
+    The loop thread calls `poll()` each turn: it delivers a finished batch (events are
+    sent from the loop thread only) and starts the next when jobs are waiting. CTranslate2
+    releases the GIL while it decodes, so the VAD tick and TTS go on meanwhile; the thread
+    inherits the worker's CPU pinning.
+    """
+
+    POLL_S = 0.005
+    """How often the loop looks for a finished batch while one is running."""
+
+    def __init__(self, queue: AsrQueue, on_busy: Callable[[float], None] | None = None) -> None:
+        self.queue = queue
+        self.on_busy = on_busy
+        """Told each batch's decode time (the worker's load meter)."""
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
+        self._jobs: list[AsrJob] = []
+        self._future: Future[tuple[list[Any], float]] | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._future is not None
+
+    @property
+    def finished(self) -> bool:
+        """A batch is done and waits to be delivered."""
+        return self._future is not None and self._future.done()
+
+    def warm_up(self) -> None:
+        """Make the decode thread now (it inherits the caller's CPU pinning)."""
+        self._pool.submit(int).result()
+
+    def start(self) -> bool:
+        """Start the next batch if none is running and jobs wait; True if started."""
+        if self._future is not None or not len(self.queue):
+            return False
+        self._jobs = self.queue.take()
+        self._future = self._pool.submit(self.queue.decode, self._jobs)
+        return True
+
+    def poll(self) -> int:
+        """Deliver a finished batch (returns its utterances) and start the next."""
+        done = 0
+        fut = self._future
+        if fut is not None and fut.done():
+            results, took = fut.result()
+            jobs, self._jobs, self._future = self._jobs, [], None
+            if self.on_busy is not None:
+                self.on_busy(took)
+            done = self.queue.deliver(jobs, results, took)
+        self.start()
+        return done
+
+    def wait(self, timeout_s: float | None = None) -> int:
+        """Block until the running batch is done, then deliver it (tests, shutdown)."""
+        if self._future is not None:
+            self._future.result(timeout_s)
+        return self.poll()
+
+    def wake_in(self) -> float | None:
+        """Seconds until the loop should poll again (None: nothing to wait for)."""
+        if self._future is not None:
+            return self.POLL_S
+        return 0.0 if len(self.queue) else None
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def tts_latest_start_s(tts: Any, now_s: float) -> float | None:

@@ -4,6 +4,8 @@
 the worker's batched VAD tick; with `[asr] enabled` the Whisper model is loaded once
 here, finished utterances are queued on an `AsrQueue`, and the loop asks `pick_work`
 whether the next unit of work is a TTS clause or an ASR batch (policy in `asrsched`).
+Batches are decoded on a background thread (`AsrRunner`): the loop starts one, keeps
+ticking the VAD (and synthesizing) meanwhile, and delivers its transcripts when done.
 
 Closing a listen stream reads what is left in its ring, ends an open utterance
 (`voice_stopped`, reason "closed"), makes its queued utterances due now, and sends
@@ -22,7 +24,7 @@ import structlog
 from cosyvoiced.asr import Utterance
 from cosyvoiced.events import Transcript
 from cosyvoiced.workers import messages as m
-from cosyvoiced.workers.asrsched import AsrQueue, pick_work
+from cosyvoiced.workers.asrsched import AsrQueue, AsrRunner, pick_work, tts_latest_start_s
 from cosyvoiced.workers.listenasr import ListenTap, MelPool
 from cosyvoiced.workers.vadtick import VadTicker
 
@@ -34,13 +36,14 @@ WARMUP_FRAMES = 150
 
 class WorkerListening:
     def __init__(self, setup: Any, vad: VadTicker, send: Callable[[object], None],
-                 cpus: int = 1) -> None:
+                 cpus: int = 1, *, on_busy: Callable[[float], None] | None = None) -> None:
         self.setup = setup
         self.vad = vad
         self.send = send
         self.taps: dict[str, ListenTap] = {}
         asr_cfg = getattr(setup, "asr", None)
         self.asr: AsrQueue | None = None
+        self.runner: AsrRunner | None = None
         self.pool: MelPool | None = None
         self.decoder: Any = None
         if asr_cfg is not None and asr_cfg.enabled:
@@ -50,6 +53,7 @@ class WorkerListening:
             self.asr = AsrQueue(self.decoder, self._transcribed, max_batch=asr_cfg.max_batch,
                                 on_idle=self._ack)
             self.pool = MelPool(setup.vad, cache_dir=setup.cache_dir)
+            self.runner = AsrRunner(self.asr, on_busy)
 
     def __len__(self) -> int:
         return len(self.taps)
@@ -66,8 +70,9 @@ class WorkerListening:
         t0 = time.perf_counter()
         self.decoder.transcribe([Utterance(frames, 0, WARMUP_FRAMES * 10, time.monotonic())])
         took = time.perf_counter() - t0
-        assert self.asr is not None
+        assert self.asr is not None and self.runner is not None
         self.asr.batch_s = took
+        self.runner.warm_up()  # its thread exists (and is pinned) before Ready
         return took
 
     # --- streams --------------------------------------------------------------------
@@ -128,10 +133,20 @@ class WorkerListening:
     # --- the loop -------------------------------------------------------------------
 
     def pick(self, tts: Any, now_s: float) -> str | None:
-        return pick_work(tts, self.asr, now_s)
+        r = self.runner
+        if r is None or not r.running:
+            return pick_work(tts, self.asr, now_s)
+        if r.finished:
+            return "asr"
+        return None if tts_latest_start_s(tts, now_s) is None else "tts"
 
     def run_batch(self) -> int:
+        """Deliver a finished batch and start the next (decoded here without a runner)."""
+        if self.runner is not None:
+            return self.runner.poll()
         return self.asr.run() if self.asr is not None else 0
 
     def wake_in(self) -> float | None:
+        if self.runner is not None:
+            return self.runner.wake_in()
         return 0.0 if self.asr is not None and len(self.asr) else None
