@@ -269,6 +269,7 @@ class Daemon:
         self.config = _merge_live(self.config, new)
         if self.pool:
             self.pool.reconfigure(self.config.workers)
+            self.pool.reconfigure_listen(self.config.vad, self.config.asr)
         log.info("reloaded", applied=live, needs_restart=restart)
         if restart:
             log.warning("restart_needed", keys=restart)

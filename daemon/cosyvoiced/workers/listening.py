@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import fields, replace
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,8 @@ class WorkerListening:
         self.vad = vad
         self.send = send
         self.taps: dict[str, ListenTap] = {}
+        self.vad_cfg = setup.vad
+        """`[vad]` for streams opened from now on (`reconfigure` after a reload)."""
         asr_cfg = getattr(setup, "asr", None)
         self.asr: AsrQueue | None = None
         self.runner: AsrRunner | None = None
@@ -79,13 +82,28 @@ class WorkerListening:
 
     def open(self, stream_id: str, rate_hz: int, ring: Any) -> None:
         """Start listening on `ring` (raises the VAD's typed error on a bad rate or no slot)."""
-        tap = ListenTap(stream_id, rate_hz, ring, self.setup.vad, self.pool,
+        tap = ListenTap(stream_id, rate_hz, ring, self.vad_cfg, self.pool,
                         lambda item, sid=stream_id: self._emit(sid, item))
         # ASR off: the tick reads (and cleans) the ring itself (no tap on the VAD-only
         # hot path); a tap cleans each window before its history and mel.
         asr = self.pool is not None
         self.vad.add(stream_id, rate_hz, tap if asr else ring, tap.on_prob, raw=not asr)
         self.taps[stream_id] = tap
+
+    def reconfigure(self, vad: Any, asr: Any) -> None:
+        """A reload's live keys: `[vad]` for streams opened from now on (open ones keep
+        theirs), the live `[asr]` keys (beam, encoder window) from the next batch on; the
+        others need a restart (buffers and the model are sized by them)."""
+        self.vad_cfg = vad
+        if self.pool is not None and MelPool(vad).frames_cap != self.pool.frames_cap:
+            self.pool = MelPool(vad, cache_dir=self.setup.cache_dir)  # open taps keep theirs
+        if self.decoder is not None and asr is not None:
+            live = {f.name: getattr(asr, f.name) for f in fields(asr) if f.metadata.get("live")}
+            self.decoder.cfg = replace(self.decoder.cfg, **live)
+        cfg = getattr(self.decoder, "cfg", None)
+        log.info("listen_reconfigured", stop_ms=vad.stop_ms, threshold=vad.threshold,
+                 beam_size=getattr(cfg, "beam_size", None),
+                 min_encoder_frames=getattr(cfg, "min_encoder_frames", None))
 
     def close(self, stream_id: str) -> bool:
         """Flush and end a listen stream; False if it is not one of ours. The ack

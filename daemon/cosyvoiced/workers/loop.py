@@ -200,6 +200,8 @@ class Worker:
             log.info("worker_adopted", index=msg.index, cpus=list(msg.cpus))
         elif isinstance(msg, m.SetPolicy):
             self.tts.set_policy(msg.policy, msg.lookahead_s)
+        elif isinstance(msg, m.SetListen):
+            self.listen.reconfigure(msg.vad, msg.asr)
         elif isinstance(msg, m.Stop):
             self._stop = True
 

@@ -69,6 +69,17 @@ class SetPolicy:
 
 
 @dataclass(frozen=True)
+class SetListen:
+    """The live `[vad]` and `[asr]` keys after a reload: `[vad]` applies to listen streams
+    opened from then on, `[asr]` (beam, encoder window) to the next Whisper batch."""
+
+    vad: Any
+    """`VadConfig`."""
+    asr: Any
+    """`AsrConfig`."""
+
+
+@dataclass(frozen=True)
 class Stop:
     pass
 
@@ -133,7 +144,8 @@ class StreamClosed:
     stream_id: str
 
 
-TO_WORKER = (OpenTts, Say, Cancel, OpenListen, CloseStream, Adopt, SetPolicy, Stop)
+TO_WORKER = (OpenTts, Say, Cancel, OpenListen, CloseStream, Adopt, SetPolicy, SetListen,
+             Stop)
 FROM_WORKER = (Ready, FirstAudio, SayDone, StreamError, ListenEvent, StreamClosed)
 
 

@@ -103,6 +103,15 @@ class WorkerPool(Supervision):
                                  lookahead_s=workers.lookahead_s)
             self.set_policy(workers.policy, workers.lookahead_s)
 
+    def reconfigure_listen(self, vad: Any, asr: Any) -> None:
+        """Apply the live `[vad]`/`[asr]` keys after a reload (respawned workers too)."""
+        if (vad, asr) == (self.setup.vad, self.setup.asr):
+            return
+        self.setup = replace(self.setup, vad=vad, asr=asr)
+        msg = m.SetListen(vad, asr)
+        for p in self._procs():
+            p.send(msg)
+
     # --- lifecycle ----------------------------------------------------------------
 
     async def start(self, timeout_s: float = 180.0) -> None:
