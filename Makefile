@@ -27,8 +27,12 @@ install-test: $(BIN)/.stamp-test
 lint: $(BIN)/.stamp-test
 	$(BIN)/ruff check daemon tests tools
 
+# The suites, then the load ramp side by side with Piper's servers (medium profile: +2 streams
+# every 20 s, sized for small boxes), which rewrites the README's ramp section and docs/loadgen/.
 bench: $(BIN)/.stamp-test
 	for s in tts io streams features asr listen calls; do $(BIN)/python tools/bench.py $$s || true; done
+	$(BIN)/python tools/loadgen.py --start-daemon --profile medium --mix tts=2,call=1,wyoming=1 \
+		--peers piper-http,wyoming-piper --readme
 
 $(VENV)/.stamp-system: Makefile
 	@missing=$$(for p in $(APT_PACKAGES); do \

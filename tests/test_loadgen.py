@@ -205,6 +205,7 @@ def _fake_proc(root, tree: dict[int, list[int]], pss_kb: dict[int, int],
         fields = ["S"] + ["0"] * 10 + [str(u), str(s)] + ["0"] * 30
         (root / str(pid) / "stat").write_text(f"{pid} (cosy voiced) " + " ".join(fields))
     (root / "loadavg").write_text("3.52 2.10 1.00 3/120 999\n")
+    (root / "stat").write_text("cpu  100 20 30 5000 70 5 5 10 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n")
 
 
 def test_process_tree_pss_and_cpu_from_fake_proc(lg, tmp_path):
@@ -217,6 +218,8 @@ def test_process_tree_pss_and_cpu_from_fake_proc(lg, tmp_path):
     tick = os.sysconf("SC_CLK_TCK")
     assert lg.stats.cpu_s([10, 13, 99], tmp_path) == pytest.approx(160 / tick)
     assert lg.stats.loadavg_1m(tmp_path) == pytest.approx(3.52)
+    # busy = user + nice + system + irq + softirq + steal (not idle, not iowait)
+    assert lg.stats.machine_busy_s(tmp_path) == pytest.approx(170 / tick)
 
 
 def test_pss_of_this_process_is_plausible(lg):

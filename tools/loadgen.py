@@ -41,6 +41,7 @@ import argparse
 import asyncio
 import dataclasses
 import datetime
+import json
 import shlex
 import shutil
 import sys
@@ -66,6 +67,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="\n".join(__doc__.splitlines()[1:]))
     src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--render", type=Path, metavar="JSON",
+                     help="no ramp: write the Markdown, plots (and --readme) of a saved run")
     src.add_argument("--url", help="a running cosyvoiced's HTTP API, e.g. http://127.0.0.1:8080")
     src.add_argument("--start-daemon", action="store_true",
                      help="start cosyvoiced (dev config, free ports) for the run")
@@ -163,6 +166,11 @@ def finish(args: argparse.Namespace, meta: dict, ramps: list[RampResult]) -> int
     meta["loadavg_after"] = loadavg_1m()
     doc = report.summarize(ramps, meta)
     report.write_json(doc, args.out / "loadgen.json")
+    return publish(args, doc)
+
+
+def publish(args: argparse.Namespace, doc: dict) -> int:
+    args.out.mkdir(parents=True, exist_ok=True)
     report.plots(doc, args.out)
     (args.out / "loadgen.md").write_text(report.markdown(doc, "."))
     print(report.markdown(doc, None))
@@ -177,7 +185,10 @@ def finish(args: argparse.Namespace, meta: dict, ramps: list[RampResult]) -> int
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    return run(parse_args(argv), argv)
+    args = parse_args(argv)
+    if args.render:
+        return publish(args, json.loads(args.render.read_text()))
+    return run(args, argv)
 
 
 if __name__ == "__main__":

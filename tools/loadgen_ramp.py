@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import os
 import random
 import time
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from loadgen_stats import (
     cpu_s,
     knee_reasons,
     loadavg_1m,
+    machine_busy_s,
     percentile,
     process_tree,
     pss_mb,
@@ -180,6 +182,7 @@ async def ramp(server: Server, mix: dict[str, float], profile: Profile,
                     tasks.append(asyncio.create_task(s.run(stop, delay)))
                 pids = process_tree(server.pid)
                 cpu0, c0, done0 = cpu_s(pids), await _safe(probe.counters(), {}), len(replies)
+                me0, all0 = cpu_s([os.getpid()]), machine_busy_s()
                 busy: list[list[float]] = []
                 end = t_step + profile.interval_s
                 while (left := end - time.monotonic()) > 0:
@@ -192,6 +195,9 @@ async def ramp(server: Server, mix: dict[str, float], profile: Profile,
                 st = step_stats(index, n, replies[done0:], delta)
                 st.refused = max(st.refused, int(delta.get("refused", 0)))
                 st.cpu_pct = 100 * (cpu_s(pids) - cpu0) / wall_s
+                st.loadgen_cpu_pct = 100 * (cpu_s([os.getpid()]) - me0) / wall_s
+                st.others_cpu_pct = max(0.0, 100 * (machine_busy_s() - all0) / wall_s
+                                        - st.cpu_pct - st.loadgen_cpu_pct)
                 st.pss_mb = pss_mb(process_tree(server.pid))
                 st.worker_busy = [sum(col) / len(col) for col in zip(*busy, strict=False)] \
                     if busy else None
@@ -202,7 +208,7 @@ async def ramp(server: Server, mix: dict[str, float], profile: Profile,
                 log(f"{server.name}: step {index} streams {n} replies {st.replies} "
                     f"ttfa p95 {st.ttfa_p95_ms:.0f} ms ratio p95 {st.ratio_p95:.2f} "
                     f"underruns {st.underruns} refused {st.refused} cpu {st.cpu_pct:.0f}% "
-                    f"pss {st.pss_mb:.0f} MB{' KNEE: ' + '; '.join(reasons) if reasons else ''}")
+                    f"pss {st.pss_mb:.0f} MB others {st.others_cpu_pct:.0f}%{' KNEE: ' + '; '.join(reasons) if reasons else ''}")
                 if reasons and result.knee_step is None:
                     result.knee_step, result.knee_reasons = index, reasons
                     ramp_left = profile.after_knee

@@ -123,11 +123,16 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
         "request until the listener has heard all of it) / (its audio length): 1.0 is real "
         f"time, {RATIO_MAX:g} means as much waiting as speech. A step is past the knee when "
         f"its p95 latency ratio is above {RATIO_MAX:g}, or it had any underrun or any "
-        "admission refusal. *Sustained* = streams of the last step before the knee.", ""]
+        "admission refusal. *Sustained* = streams of the last step before the knee. CPU % "
+        "is of one core (this box has "
+        f"{100 * (m.get('nproc') or 1)} %), summed over the server and its child "
+        "processes; PSS likewise (`/proc/PID/smaps_rollup`); *others' CPU %* is what the "
+        "rest of the machine used meanwhile (other jobs; the load generator's own CPU is "
+        "not in it).", ""]
     head = ("| server | mix | streams | replies | first audio p50/p95/p99 ms | latency ratio "
             "p95 | transcript p95 ms | underruns | dropped | refused | CPU % | PSS MB | "
-            "worker busy | load |")
-    lines += [head, "|" + "---|" * 14]
+            "worker busy | load | others' CPU % |")
+    lines += [head, "|" + "---|" * 15]
     for r in doc["ramps"]:
         for i, s in enumerate(r["steps"]):
             knee = " **knee**" if r["knee_step"] == i else ""
@@ -137,7 +142,8 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
                 f"{_f(s['ttfa_p50_ms'])}/{_f(s['ttfa_p95_ms'])}/{_f(s['ttfa_p99_ms'])} | "
                 f"{_f(s['ratio_p95'], 2)} | {_f(s['transcript_p95_ms'])} | {s['underruns']} | "
                 f"{s['dropped_frames']} | {s['refused']} | {_f(s['cpu_pct'])} | "
-                f"{_f(s['pss_mb'])} | {busy} | {_f(s['loadavg_1m'], 1)} |")
+                f"{_f(s['pss_mb'])} | {busy} | {_f(s['loadavg_1m'], 1)} | "
+                f"{_f(s.get('others_cpu_pct'))} |")
     lines += ["", "| ramp | sustained | with first audio p95 ≤ 1 s | knee | PSS MB per stream |",
               "|---|---|---|---|---|"]
     for r in doc["ramps"]:
@@ -187,7 +193,7 @@ def plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
     styles = ("-", "--", ":")
     written = []
     for name, panels in specs.items():
-        fig, axes = plt.subplots(1, len(panels), figsize=(9, 3.4), dpi=80)
+        fig, axes = plt.subplots(1, len(panels), figsize=(9, 4.2), dpi=80)
         for ax, (title, keys, logy) in zip(axes, panels, strict=True):
             for ci, r in enumerate(doc["ramps"]):
                 color = colors[ci % len(colors)]
@@ -206,8 +212,9 @@ def plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
             ax.set_title(title, fontsize=9)
             ax.set_xlabel("concurrent streams (vertical line: knee)", fontsize=8)
             ax.tick_params(labelsize=7)
-        axes[0].legend(fontsize=6)
-        fig.tight_layout()
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=6, frameon=False)
+        fig.tight_layout(rect=(0, 0.01 + 0.04 * (1 + (len(labels) - 1) // 4), 1, 1))
         path = out_dir / name
         fig.savefig(path)
         plt.close(fig)

@@ -145,6 +145,10 @@ class StepStats:
     pss_mb: float = math.nan
     worker_busy: list[float] | None = None
     loadavg_1m: float = math.nan
+    loadgen_cpu_pct: float = math.nan
+    """CPU of this load generator (it runs on the same box)."""
+    others_cpu_pct: float = math.nan
+    """CPU of everything else on the box meanwhile (other jobs on a shared machine)."""
 
 
 def knee_reasons(s: StepStats, ratio_max: float = RATIO_MAX) -> list[str]:
@@ -225,6 +229,16 @@ def cpu_s(pids: list[int], proc: Path = Path("/proc")) -> float:
             continue
         total += (int(parts[11]) + int(parts[12])) / tick
     return total
+
+
+def machine_busy_s(proc: Path = Path("/proc")) -> float:
+    """CPU seconds the whole machine has been busy (all CPUs; /proc/stat, not idle/iowait)."""
+    for line in (proc / "stat").read_text().splitlines():
+        if line.startswith("cpu "):
+            v = [int(x) for x in line.split()[1:]]
+            busy = sum(v[:8]) - v[3] - v[4]  # user nice system idle iowait irq softirq steal
+            return busy / os.sysconf("SC_CLK_TCK")
+    raise ValueError("no cpu line in /proc/stat")
 
 
 def loadavg_1m(proc: Path = Path("/proc")) -> float:
