@@ -372,3 +372,70 @@ def test_ramp_steps_and_refusal_knee_against_a_fake_tts_server(lg):
     assert first.replies >= 2 and first.underruns == 0 and first.ratio_p95 < 2.0
     assert 0 < first.ttfa_p50_ms < 500
     assert first.pss_mb > 10 and first.cpu_pct >= 0
+
+
+def test_servers_take_turns_and_never_overlap(lg):
+    """in_turns: A's step, B's step, A's step, ...; no request reaches one server while the
+    other has its turn (the paused ramp's requests in flight finish first)."""
+    from aiohttp import web
+
+    starts: dict[str, list[float]] = {"a": [], "b": []}
+    ends: dict[str, list[float]] = {"a": [], "b": []}
+
+    def handler(name: str):
+        async def tts(request: web.Request) -> web.StreamResponse:
+            starts[name].append(asyncio.get_running_loop().time())
+            r = web.StreamResponse(headers={"X-Sample-Rate": "8000"})
+            await r.prepare(request)
+            for _ in range(3):
+                await r.write(bytes(2400))
+                await asyncio.sleep(0.1)
+            await r.write_eof()
+            ends[name].append(asyncio.get_running_loop().time())
+            return r
+        return tts
+
+    async def main():
+        runners, servers = [], []
+        for name in ("a", "b"):
+            app = web.Application()
+            app.router.add_post("/v1/tts", handler(name))
+            runner = web.AppRunner(app)
+            await runner.setup()
+            site = web.TCPSite(runner, "127.0.0.1", 0)
+            await site.start()
+            runners.append(runner)
+            port = site._server.sockets[0].getsockname()[1]
+            servers.append(lg.ramp.Server(name, os.getpid(), lg.streams.Endpoints(
+                http=f"http://127.0.0.1:{port}")))
+        prof = lg.stats.Profile(start=1, step=1, interval_s=0.8, max_steps=3, max_streams=9,
+                                after_knee=0)
+        order: list[tuple[str, float]] = []
+        loop = asyncio.get_running_loop()
+        try:
+            res = await lg.ramp.in_turns([(s, {"tts": 1.0}) for s in servers], prof,
+                                         log=lambda m: order.append((m.split(":")[0],
+                                                                     loop.time())))
+        finally:
+            for r in runners:
+                await r.cleanup()
+        return res, order
+
+    (ra, rb), order = asyncio.run(main())
+    assert [n for n, _ in order] == ["a", "b", "a", "b", "a", "b"]
+    assert [s.streams for s in ra.steps] == [1, 2, 3] == [s.streams for s in rb.steps]
+    assert ra.knee_step is None and rb.knee_step is None
+    # every request to a server began and ended inside that server's own turns
+    # (a step ends, and is logged, 0.8 s after it began; then it drains until the next
+    # server's step begins; the warm-up requests come before the first step)
+    turns = {"a": [], "b": []}
+    for k, (name, t_end) in enumerate(order):
+        nxt = order[k + 1][1] - 0.8 if k + 1 < len(order) else math.inf
+        turns[name].append((t_end - 0.8, nxt))
+    first = order[0][1] - 0.8
+    for name in ("a", "b"):
+        assert len([t for t in starts[name] if t > first]) >= 6
+        for t in starts[name] + ends[name]:
+            if t > first:
+                assert any(lo - 0.05 <= t <= hi + 0.05 for lo, hi in turns[name]), \
+                    (name, t, turns)

@@ -23,7 +23,10 @@ last step before the knee.
 Side by side, in the same invocation: the same ramp with a TTS-only mix against
 cosyvoiced (`tts`), Piper's own HTTP server (`python -m piper.http_server`, whole WAV per
 request) and wyoming-piper (Wyoming, one chunk burst per sentence), on the same voice
-file, pinned to the same CPUs (`--cpus`), one server at a time.
+file, pinned to the same CPUs (`--cpus`). The servers take turns step by step (all up,
+one loaded at a time: cosyvoiced's step 1, Piper's step 1, ..., then step 2), so the
+background load of a shared machine falls on each alike; `--sequential` runs one whole
+ramp after the other instead.
 
 Per step: streams, first audio p50/p95/p99, latency ratio p95, transcript latency p95
 (calls: end of the caller's prompt to its transcript event), underruns (listeners' and
@@ -53,7 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "benches"))
 
 import loadgen_peers as peers  # noqa: E402
 import loadgen_report as report  # noqa: E402
-from loadgen_ramp import RampResult, Server, parse_mix, ramp  # noqa: E402
+from loadgen_ramp import RampResult, Server, in_turns, parse_mix, ramp  # noqa: E402
 from loadgen_stats import PROFILES, Profile, loadavg_1m  # noqa: E402
 from loadgen_streams import CallStream  # noqa: E402
 
@@ -82,6 +85,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--after-knee", type=int, help="steps still run past the knee")
     p.add_argument("--peers", default=",".join(PEERS),
                    help=f"peers for the TTS-only side by side: {', '.join(PEERS)}, or none")
+    p.add_argument("--sequential", action="store_true",
+                   help="side by side one server after the other, not in turns step by step")
     p.add_argument("--peer-timeout-s", type=float, default=120.0,
                    help="a peer not answering this long after its start is left out")
     p.add_argument("--cpus", default="0-1", help="CPUs every server is pinned to")
@@ -132,34 +137,55 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             "command": shlex.join([".venv/bin/python", "tools/loadgen.py", *argv]),
             "profile_name": args.profile, "profile": dataclasses.asdict(prof),
             "cpus": args.cpus}
+    meta["turns"] = not args.sequential
     ramps: list[RampResult] = []
     with tempfile.TemporaryDirectory(prefix="loadgen-") as tmp_name:
         tmp = Path(tmp_name)
-        daemon = None
+        managed: list[peers.Managed] = []
         try:
             if args.start_daemon:
                 daemon, server = peers.start_cosyvoiced(tmp, args.cpus, args.workers)
+                managed.append(daemon)
             else:
                 server = peers.attach(args.url.rstrip("/"))
-            ramps.append(asyncio.run(ramp(server, mix, prof)))
-            if wanted and list(mix) != ["tts"]:
-                ramps.append(asyncio.run(ramp(server, {"tts": 1.0}, prof)))
+            if list(mix) != ["tts"] or not wanted:
+                ramps.append(asyncio.run(ramp(server, mix, prof)))
+            if wanted:
+                ramps += side_by_side(args, server, wanted, prof, tmp, managed, meta)
         finally:
-            if daemon is not None:
-                daemon.stop()
-        for name in wanted:
-            start = peers.start_piper_http if name == "piper-http" else peers.start_wyoming_piper
-            try:
-                managed, peer = start(tmp, args.cpus, args.peer_timeout_s)
-            except peers.PeerError as exc:
-                print(f"{name}: not run: {exc}", file=sys.stderr)
-                meta.setdefault("peers_not_run", {})[name] = str(exc)[:500]
-                continue
-            try:
-                ramps.append(asyncio.run(ramp(peer, {PEER_KIND[name]: 1.0}, prof)))
-            finally:
-                managed.stop()
+            for m in managed:
+                m.stop()
     return finish(args, meta, ramps)
+
+
+def side_by_side(args: argparse.Namespace, server: Server, wanted: list[str], prof: Profile,
+                 tmp: Path, managed: list[peers.Managed], meta: dict) -> list[RampResult]:
+    """The TTS-only ramp on cosyvoiced and on each peer: in turns (all servers up, one
+    loaded at a time, step by step), or one server after the other (--sequential)."""
+
+    def start(name: str) -> Server | None:
+        fn = peers.start_piper_http if name == "piper-http" else peers.start_wyoming_piper
+        try:
+            m, peer = fn(tmp, args.cpus, args.peer_timeout_s)
+        except peers.PeerError as exc:
+            print(f"{name}: not run: {exc}", file=sys.stderr)
+            meta.setdefault("peers_not_run", {})[name] = str(exc)[:500]
+            return None
+        managed.append(m)
+        return peer
+
+    ours = (server, {"tts": 1.0})
+    if not args.sequential:
+        plans = [ours] + [(p, {PEER_KIND[p.name]: 1.0}) for p in map(start, wanted) if p]
+        return asyncio.run(in_turns(plans, prof))
+    out = [asyncio.run(ramp(*ours, prof))]
+    if managed:  # our daemon: stopped, so it takes no CPU while the peers run
+        managed.pop(0).stop()
+    for name in wanted:
+        if (p := start(name)) is not None:
+            out.append(asyncio.run(ramp(p, {PEER_KIND[name]: 1.0}, prof)))
+            managed.pop().stop()
+    return out
 
 
 def finish(args: argparse.Namespace, meta: dict, ramps: list[RampResult]) -> int:

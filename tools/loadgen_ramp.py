@@ -34,7 +34,15 @@ from loadgen_stats import (
     process_tree,
     pss_mb,
 )
-from loadgen_streams import KINDS, REPLIES, CallController, CallStream, Endpoints, Reply
+from loadgen_streams import (
+    KINDS,
+    REPLIES,
+    CallController,
+    CallStream,
+    Endpoints,
+    Gate,
+    Reply,
+)
 
 BUSY_SAMPLE_S = 2.0
 
@@ -154,81 +162,147 @@ def parse_counters(metrics_text: str) -> dict[str, float]:
     return out
 
 
+class Ramp:
+    """One server's ramp, step by step; several can take turns (`in_turns`)."""
+
+    def __init__(self, server: Server, mix: dict[str, float], profile: Profile,
+                 session: ClientSession, log: Callable[[str], None], seed: int = 7) -> None:
+        self.server = server
+        self.mix = mix
+        self.profile = profile
+        self.session = session
+        self.log = log
+        self.result = RampResult(server.name, mix, profile)
+        self.schedule = profile.schedule()
+        self.replies: list[Reply] = []
+        self.stop = asyncio.Event()
+        self.gate = Gate()
+        self.tasks: list[asyncio.Task[None]] = []
+        self.kinds: list[str] = []
+        self.rng = random.Random(seed)
+        self.probe = Probe(server, session)
+        self._left = math.inf
+        self._ctl: asyncio.Task[None] | None = None
+
+    @property
+    def done(self) -> bool:
+        return len(self.result.steps) >= len(self.schedule) or self._left <= 0
+
+    async def open(self) -> None:
+        await warm_up(self.server, self.mix, self.session)
+        if "call" in self.mix and self.server.ends.http:
+            CallStream.controller = CallController(self.server.ends.http, self.session)
+            self._ctl = asyncio.create_task(CallStream.controller.run())
+
+    async def step(self) -> StepStats:
+        index = len(self.result.steps)
+        n = self.schedule[index][1]
+        t_step = time.monotonic()
+        self.gate.resume()
+        added = n - len(self.tasks)
+        while len(self.tasks) < n:
+            kind = next_kind(self.kinds, self.mix)
+            self.kinds.append(kind)
+            s = KINDS[kind](len(self.tasks), self.server.ends, self.session, self.replies,
+                            self.rng)
+            delay = (len(self.tasks) - (n - added)) / max(added, 1)
+            self.tasks.append(asyncio.create_task(s.run(self.stop, delay, self.gate)))
+        pids = process_tree(self.server.pid)
+        cpu0, c0 = cpu_s(pids), await _safe(self.probe.counters(), {})
+        done0, me0, all0 = len(self.replies), cpu_s([os.getpid()]), machine_busy_s()
+        busy: list[list[float]] = []
+        end = t_step + self.profile.interval_s
+        while (left := end - time.monotonic()) > 0:
+            await asyncio.sleep(min(BUSY_SAMPLE_S, left))
+            if b := await _safe(self.probe.busy(), []):
+                busy.append(b)
+        wall_s = time.monotonic() - t_step
+        c1 = await _safe(self.probe.counters(), {})
+        delta = {k: c1.get(k, 0.0) - c0.get(k, 0.0) for k in c1}
+        mine = self.replies[done0:]
+        st = step_stats(index, n, mine, delta)
+        st.refused = max(st.refused, int(delta.get("refused", 0)))
+        st.cpu_pct = 100 * (cpu_s(pids) - cpu0) / wall_s
+        st.loadgen_cpu_pct = 100 * (cpu_s([os.getpid()]) - me0) / wall_s
+        st.others_cpu_pct = max(0.0, 100 * (machine_busy_s() - all0) / wall_s
+                                - st.cpu_pct - st.loadgen_cpu_pct)
+        st.pss_mb = pss_mb(process_tree(self.server.pid))
+        st.worker_busy = [sum(col) / len(col) for col in zip(*busy, strict=False)] \
+            if busy else None
+        st.loadavg_1m = loadavg_1m()
+        r = self.result
+        r.steps.append(st)
+        r.errors += [x.error for x in mine if x.error][:3]
+        reasons = knee_reasons(st)
+        self.log(f"{self.server.name}: step {index} streams {n} replies {st.replies} "
+                 f"ttfa p95 {st.ttfa_p95_ms:.0f} ms ratio p95 {st.ratio_p95:.2f} "
+                 f"underruns {st.underruns} refused {st.refused} cpu {st.cpu_pct:.0f}% "
+                 f"pss {st.pss_mb:.0f} MB others {st.others_cpu_pct:.0f}%"
+                 + (f" KNEE: {'; '.join(reasons)}" if reasons else ""))
+        if reasons and r.knee_step is None:
+            r.knee_step, r.knee_reasons = index, reasons
+            self._left = self.profile.after_knee
+        elif r.knee_step is not None:
+            self._left -= 1
+        return st
+
+    async def pause(self) -> None:
+        """No new requests until the next step; returns when none is in flight."""
+        await self.gate.drain()
+
+    async def close(self) -> RampResult:
+        self.stop.set()
+        self.gate.resume()
+        tasks = self.tasks
+        _, pending = await asyncio.wait(tasks, timeout=3) if tasks else (set(), set())
+        for t in pending:
+            t.cancel()
+        if self._ctl is not None:
+            self._ctl.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ClientError):
+                await self._ctl
+        for t in tasks:
+            if t.done() and not t.cancelled() and t.exception() is not None:
+                self.result.errors.append(f"stream task failed: {t.exception()!r}")
+        return self.result
+
+
+def _session() -> ClientSession:
+    return ClientSession(timeout=ClientTimeout(total=None, sock_connect=30))
+
+
 async def ramp(server: Server, mix: dict[str, float], profile: Profile,
                log: Callable[[str], None] = print, seed: int = 7) -> RampResult:
-    result = RampResult(server.name, mix, profile)
-    replies: list[Reply] = []
-    stop = asyncio.Event()
-    tasks: list[asyncio.Task[None]] = []
-    kinds: list[str] = []
-    rng = random.Random(seed)
-    ramp_left = math.inf
-    async with ClientSession(timeout=ClientTimeout(total=None, sock_connect=30)) as session:
-        probe = Probe(server, session)
-        await warm_up(server, mix, session)
-        ctl_task = None
-        if "call" in mix and server.ends.http:
-            CallStream.controller = CallController(server.ends.http, session)
-            ctl_task = asyncio.create_task(CallStream.controller.run())
+    """One server alone: its streams run on from step to step."""
+    async with _session() as session:
+        r = Ramp(server, mix, profile, session, log, seed)
         try:
-            for index, (_offset_s, n) in enumerate(profile.schedule()):
-                t_step = time.monotonic()
-                added = n - len(tasks)
-                while len(tasks) < n:
-                    kind = next_kind(kinds, mix)
-                    kinds.append(kind)
-                    s = KINDS[kind](len(tasks), server.ends, session, replies, rng)
-                    delay = (len(tasks) - (n - added)) / max(added, 1)
-                    tasks.append(asyncio.create_task(s.run(stop, delay)))
-                pids = process_tree(server.pid)
-                cpu0, c0, done0 = cpu_s(pids), await _safe(probe.counters(), {}), len(replies)
-                me0, all0 = cpu_s([os.getpid()]), machine_busy_s()
-                busy: list[list[float]] = []
-                end = t_step + profile.interval_s
-                while (left := end - time.monotonic()) > 0:
-                    await asyncio.sleep(min(BUSY_SAMPLE_S, left))
-                    if b := await _safe(probe.busy(), []):
-                        busy.append(b)
-                wall_s = time.monotonic() - t_step
-                c1 = await _safe(probe.counters(), {})
-                delta = {k: c1.get(k, 0.0) - c0.get(k, 0.0) for k in c1}
-                st = step_stats(index, n, replies[done0:], delta)
-                st.refused = max(st.refused, int(delta.get("refused", 0)))
-                st.cpu_pct = 100 * (cpu_s(pids) - cpu0) / wall_s
-                st.loadgen_cpu_pct = 100 * (cpu_s([os.getpid()]) - me0) / wall_s
-                st.others_cpu_pct = max(0.0, 100 * (machine_busy_s() - all0) / wall_s
-                                        - st.cpu_pct - st.loadgen_cpu_pct)
-                st.pss_mb = pss_mb(process_tree(server.pid))
-                st.worker_busy = [sum(col) / len(col) for col in zip(*busy, strict=False)] \
-                    if busy else None
-                st.loadavg_1m = loadavg_1m()
-                result.steps.append(st)
-                result.errors += [r.error for r in replies[done0:] if r.error][:3]
-                reasons = knee_reasons(st)
-                log(f"{server.name}: step {index} streams {n} replies {st.replies} "
-                    f"ttfa p95 {st.ttfa_p95_ms:.0f} ms ratio p95 {st.ratio_p95:.2f} "
-                    f"underruns {st.underruns} refused {st.refused} cpu {st.cpu_pct:.0f}% "
-                    f"pss {st.pss_mb:.0f} MB others {st.others_cpu_pct:.0f}%{' KNEE: ' + '; '.join(reasons) if reasons else ''}")
-                if reasons and result.knee_step is None:
-                    result.knee_step, result.knee_reasons = index, reasons
-                    ramp_left = profile.after_knee
-                elif result.knee_step is not None:
-                    ramp_left -= 1
-                if ramp_left <= 0:
-                    break
+            await r.open()
+            while not r.done:
+                await r.step()
         finally:
-            stop.set()
-            _, pending = await asyncio.wait(tasks, timeout=3) if tasks else (set(), set())
-            for t in pending:
-                t.cancel()
-            if ctl_task is not None:
-                ctl_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError, ClientError):
-                    await ctl_task
-            for t in tasks:
-                if t.done() and not t.cancelled() and t.exception() is not None:
-                    result.errors.append(f"stream task failed: {t.exception()!r}")
-    return result
+            await r.close()
+    return r.result
+
+
+async def in_turns(plans: list[tuple[Server, dict[str, float]]], profile: Profile,
+                   log: Callable[[str], None] = print, seed: int = 7) -> list[RampResult]:
+    """Several servers take turns step by step (A's step 1, B's step 1, A's step 2, ...):
+    a shared machine's background load then falls on all of them alike. While one runs,
+    the others' streams wait (their requests in flight finish first)."""
+    async with _session() as session:
+        ramps = [Ramp(s, mix, profile, session, log, seed) for s, mix in plans]
+        try:
+            for r in ramps:
+                await r.open()
+            while live := [r for r in ramps if not r.done]:
+                for r in live:
+                    await r.step()
+                    await r.pause()
+        finally:
+            for r in ramps:
+                await r.close()
+    return [r.result for r in ramps]
 
 
 async def warm_up(server: Server, mix: dict[str, float], session: ClientSession) -> None:
@@ -251,4 +325,5 @@ async def _safe(coro: Any, default: Any) -> Any:
         return default
 
 
-__all__ = ["PROFILES", "RATIO_MAX", "RampResult", "Server", "next_kind", "parse_mix", "ramp"]
+__all__ = ["PROFILES", "RATIO_MAX", "RampResult", "Server", "in_turns", "next_kind", "parse_mix",
+           "ramp"]

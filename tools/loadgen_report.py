@@ -128,7 +128,9 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
         f"{100 * (m.get('nproc') or 1)} %), summed over the server and its child "
         "processes; PSS likewise (`/proc/PID/smaps_rollup`); *others' CPU %* is what the "
         "rest of the machine used meanwhile (other jobs; the load generator's own CPU is "
-        "not in it).", ""]
+        "not in it)."
+        + (" Side by side, the servers took turns step by step (all up, one loaded at a "
+           "time), so background load fell on each alike." if doc.get("turns") else ""), ""]
     head = ("| server | mix | streams | replies | first audio p50/p95/p99 ms | latency ratio "
             "p95 | transcript p95 ms | underruns | dropped | refused | CPU % | PSS MB | "
             "worker busy | load | others' CPU % |")

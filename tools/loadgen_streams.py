@@ -46,6 +46,8 @@ REPLIES = (
 CALL_REPLY = "I can help with that. One moment while I look it up."
 RETRY_S = 1.0
 """A refused or failed stream waits this long before asking again."""
+RESUME_SPREAD_S = 1.0
+"""Streams let go after a pause restart spread over this long, not all at once."""
 CALL_JITTER_S = 0.06
 """A call's listener (Asterisk) starts playing this long after the first frame."""
 
@@ -76,6 +78,37 @@ class Endpoints:
     audiosocket: tuple[str, int] | None = None
 
 
+class Gate:
+    """Pauses a ramp's streams while another server has its turn: no new request while
+    closed, and `drain()` returns once the requests in flight are answered."""
+
+    def __init__(self) -> None:
+        self.opened = asyncio.Event()
+        self.opened.set()
+        self.inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def enter(self) -> None:
+        while not self.opened.is_set():  # paused: on resume, restart spread over 1 s
+            await self.opened.wait()
+            await asyncio.sleep(random.uniform(0.0, RESUME_SPREAD_S))
+        self.inflight += 1
+        self._idle.clear()
+
+    def leave(self) -> None:
+        self.inflight -= 1
+        if self.inflight == 0:
+            self._idle.set()
+
+    async def drain(self) -> None:
+        self.opened.clear()
+        await self._idle.wait()
+
+    def resume(self) -> None:
+        self.opened.set()
+
+
 class Stream:
     """One client; subclasses implement `once()` (one request, timed)."""
 
@@ -89,15 +122,21 @@ class Stream:
         self.out = out
         self.rng = rng
 
-    async def run(self, stop: asyncio.Event, delay_s: float) -> None:
+    async def run(self, stop: asyncio.Event, delay_s: float, gate: Gate) -> None:
         await asyncio.sleep(delay_s)
         while not stop.is_set():
+            await gate.enter()
+            if stop.is_set():  # let go at the end of the ramp: no new request
+                gate.leave()
+                return
             t0 = time.monotonic()
             try:
                 reply = await self.once(t0)
             except (ClientError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
                 reply = Reply(self.kind, self.index, t0, time.monotonic(),
                               error=f"{type(exc).__name__}: {exc}")
+            finally:
+                gate.leave()
             self.out.append(reply)
             if reply.heard is None:
                 wait_s = RETRY_S
@@ -246,7 +285,8 @@ class CallStream(Stream):
                                   transcript_s=[at_s - self.spoke_end_s]))
             self.spoke_end_s = None
 
-    async def run(self, stop: asyncio.Event, delay_s: float) -> None:
+    async def run(self, stop: asyncio.Event, delay_s: float, gate: Gate) -> None:
+        """Calls stay connected for the whole ramp (they do not take turns)."""
         from cosyvoiced.audiosocket.peer import Peer
 
         assert self.ends.audiosocket is not None and self.controller is not None
