@@ -150,6 +150,7 @@ def test_step_stats_from_replies(lg):
     st = lg.ramp.step_stats(1, 5, replies, {"underruns": 3, "dropped_frames": 7})
     assert st.replies == 3 and st.refused == 1 and st.errors == 1
     assert st.underruns == 2 + 3 and st.dropped_frames == 7
+    assert st.underruns_by_kind == {"tts": 2, "call (daemon)": 3}
     assert st.ttfa_p50_ms == pytest.approx(200.0)
     assert st.transcript_p95_ms == pytest.approx(895.0)
     assert st.ratio_p95 == pytest.approx(np.percentile([3.1 / 3, 3.8 / 3, 2.2 / 2], 95))

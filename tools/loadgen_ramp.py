@@ -115,6 +115,12 @@ def step_stats(index: int, streams: int, replies: list[Reply],
     ttfa_ms = [h.ttfa_s * 1000 for h in heard]
     tr_ms = [t * 1000 for r in replies for t in r.transcript_s]
     c = counters or {}
+    by_kind: dict[str, int] = {}
+    for r in replies:
+        if r.heard is not None and r.heard.underruns:
+            by_kind[r.kind] = by_kind.get(r.kind, 0) + r.heard.underruns
+    if c.get("underruns"):
+        by_kind["call (daemon)"] = int(c["underruns"])
     return StepStats(
         step=index, streams=streams, replies=len(heard),
         ttfa_p50_ms=percentile(ttfa_ms, 50), ttfa_p95_ms=percentile(ttfa_ms, 95),
@@ -122,6 +128,7 @@ def step_stats(index: int, streams: int, replies: list[Reply],
         ratio_p95=percentile([h.ratio for h in heard], 95),
         transcript_p95_ms=percentile(tr_ms, 95),
         underruns=sum(h.underruns for h in heard) + int(c.get("underruns", 0)),
+        underruns_by_kind=by_kind,
         dropped_frames=int(c.get("dropped_frames", 0)),
         refused=sum(r.refused for r in replies),
         errors=sum(1 for r in replies if r.error))

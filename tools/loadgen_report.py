@@ -142,7 +142,8 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
             lines.append(
                 f"| {r['server']} | {_mix(r['mix'])} | {s['streams']}{knee} | {s['replies']} | "
                 f"{_f(s['ttfa_p50_ms'])}/{_f(s['ttfa_p95_ms'])}/{_f(s['ttfa_p99_ms'])} | "
-                f"{_f(s['ratio_p95'], 2)} | {_f(s['transcript_p95_ms'])} | {s['underruns']} | "
+                f"{_f(s['ratio_p95'], 2)} | {_f(s['transcript_p95_ms'])} | "
+                f"{_underruns(s)} | "
                 f"{s['dropped_frames']} | {s['refused']} | {_f(s['cpu_pct'])} | "
                 f"{_f(s['pss_mb'])} | {busy} | {_f(s['loadavg_1m'], 1)} | "
                 f"{_f(s.get('others_cpu_pct'))} |")
@@ -252,6 +253,14 @@ def _nan(v: float | None) -> float:
 
 def _f(v: float | None, digits: int = 0) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def _underruns(step: dict[str, Any]) -> str:
+    """"3 (tts 1, call (daemon) 2)" when the underruns came from more than one place."""
+    by = step.get("underruns_by_kind") or {}
+    if not step["underruns"] or len(by) < 2 and set(by) <= {"tts", "piper", "wyoming"}:
+        return str(step["underruns"])
+    return f"{step['underruns']} ({', '.join(f'{k} {v}' for k, v in by.items())})"
 
 
 def _mix(mix: dict[str, float]) -> str:

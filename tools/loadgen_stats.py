@@ -137,6 +137,8 @@ class StepStats:
     transcript_p95_ms: float = math.nan
     underruns: int = 0
     """Gaps heard by the listeners, plus the daemon's own underrun counter (calls)."""
+    underruns_by_kind: dict[str, int] | None = None
+    """Where the underruns were: per stream kind as heard, "call (daemon)" as counted."""
     dropped_frames: int = 0
     refused: int = 0
     errors: int = 0
