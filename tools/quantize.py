@@ -27,12 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "daemon"))
 
 import judge  # noqa: E402
+from quantize_recipes import RECIPES, Recipe, select_nodes  # noqa: E402
 
 WER_MEAN_MAX = 0.5
 WER_UPPER_MAX = 1.5
-VARIANTS = ("dyn_quint8_matmul_conv", "dyn_qint8_default", "dyn_qint8_per_channel",
-            "static_qdq_per_channel", "static_qdq_per_channel_add_lrelu",
-            "static_qdq_dec_add_lrelu", "static_qdq_dec_conv")
+VARIANTS = tuple(RECIPES)
 CALIBRATION = judge.DATA / "calibration_en.txt"
 
 
@@ -66,7 +65,46 @@ class _Calibration:
         return next(self._it, None)
 
 
-def build_variant(name: str, src: Path, out: Path, calib_ids: list[list[int]],
+CALIBRATION_SEED = 1234
+CALIBRATION_OPS = ["Conv", "ConvTranspose", "MatMul", "Add", "LeakyRelu", "Mul"]
+
+
+def calibration_ranges(pre: Path, calib_ids: list[list[int]], scales: tuple[float, float, float],
+                       recipe: Recipe, work: Path) -> Path:
+    """Activation ranges of the calibration sentences, cached in `work` per method.
+
+    Calibrated on a seeded copy (the random nodes draw the same noise every time), so the
+    same voice, sentences and method give the same ranges and the same variant file.
+    Histogram methods get one sentence per call (they stack outputs of equal shape only).
+    """
+    import tempfile
+
+    from onnxruntime.quantization import CalibrationMethod, create_calibrator
+    from onnxruntime.quantization.quantize import save_tensors_data
+
+    tag = recipe.calibration + (f"-{recipe.percentile}" if recipe.calibration == "Percentile" else "")
+    cache = work / f"calibration-{tag}.json"
+    if cache.is_file():
+        return cache
+    seeded = work / "calibration-seeded.onnx"
+    if not seeded.exists():
+        judge.seeded_copy(pre, CALIBRATION_SEED, seeded)
+    options = {"percentile": recipe.percentile} if recipe.calibration == "Percentile" else {}
+    with tempfile.TemporaryDirectory(prefix="calib-") as tmp:
+        calibrator = create_calibrator(seeded, CALIBRATION_OPS,
+                                       augmented_model_path=f"{tmp}/augmented.onnx",
+                                       calibrate_method=getattr(CalibrationMethod, recipe.calibration),
+                                       extra_options=options)
+        if recipe.calibration == "MinMax":
+            calibrator.collect_data(_Calibration(calib_ids, scales))
+        else:
+            for ids in calib_ids:
+                calibrator.collect_data(_Calibration([ids], scales))
+        save_tensors_data(calibrator.compute_data(), cache)
+    return cache
+
+
+def build_variant(name: str | Recipe, src: Path, out: Path, calib_ids: list[list[int]],
                   scales: tuple[float, float, float], work: Path) -> None:
     from onnxruntime.quantization import (
         CalibrationMethod,
@@ -76,34 +114,32 @@ def build_variant(name: str, src: Path, out: Path, calib_ids: list[list[int]],
         quantize_static,
     )
 
-    ops = ["MatMul", "Conv"]
-    if name == "dyn_quint8_matmul_conv":
-        quantize_dynamic(src, out, weight_type=QuantType.QUInt8, op_types_to_quantize=ops)
-    elif name == "dyn_qint8_default":
-        quantize_dynamic(src, out)
-    elif name == "dyn_qint8_per_channel":
-        quantize_dynamic(src, out, weight_type=QuantType.QInt8, per_channel=True,
-                         op_types_to_quantize=ops)
-    elif name.startswith("static_qdq"):
-        from onnxruntime.quantization.shape_inference import quant_pre_process
+    recipe = name if isinstance(name, Recipe) else RECIPES[name]
+    ops = list(recipe.op_types) or None
+    if recipe.kind == "dynamic":
+        quantize_dynamic(src, out, weight_type=getattr(QuantType, recipe.weight_type),
+                         per_channel=recipe.per_channel, op_types_to_quantize=ops)
+        return
+    import onnx
+    from onnxruntime.quantization.shape_inference import quant_pre_process
 
-        pre = work / "preprocessed.onnx"
-        if not pre.exists():
-            quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
-        if name.endswith("_add_lrelu"):  # keeps residual adds and activations in INT8 too
-            ops = [*ops, "Add", "LeakyRelu"]
-        nodes = None
-        if "_dec_" in name:  # only the HiFi-GAN decoder (audio-rate convs: most of the time);
-            import onnx  # text encoder, duration predictor and flow stay FP32
+    pre = work / "preprocessed.onnx"
+    if not pre.exists():
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+    names = [n.name for n in onnx.load(str(pre), load_external_data=False).graph.node]
+    include, exclude = select_nodes(names, recipe)
+    quantize_static(pre, out, None, quant_format=QuantFormat.QDQ,
+                    per_channel=recipe.per_channel,
+                    weight_type=getattr(QuantType, recipe.weight_type),
+                    activation_type=QuantType.QUInt8, op_types_to_quantize=ops,
+                    nodes_to_quantize=include, nodes_to_exclude=exclude,
+                    calibrate_method=getattr(CalibrationMethod, recipe.calibration),
+                    calibration_cache_path=calibration_ranges(pre, calib_ids, scales, recipe, work))
 
-            graph = onnx.load(str(pre), load_external_data=False).graph
-            nodes = [n.name for n in graph.node if n.name.startswith("/dec/")]
-        quantize_static(pre, out, _Calibration(calib_ids, scales), quant_format=QuantFormat.QDQ,
-                        per_channel=True, weight_type=QuantType.QInt8,
-                        activation_type=QuantType.QUInt8, op_types_to_quantize=ops,
-                        nodes_to_quantize=nodes, calibrate_method=CalibrationMethod.MinMax)
-    else:
-        raise ValueError(name)
+
+def passes_gate(wer_diff: tuple[float, float, float] | list[float]) -> bool:
+    """Mean WER difference <= +0.5 points and the interval's upper bound <= +1.5."""
+    return bool(wer_diff[0] <= WER_MEAN_MAX and wer_diff[2] <= WER_UPPER_MAX)
 
 
 def measure_rtf(models: dict[str, Path], id_lists: list[list[int]], rate_hz: int,
@@ -258,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                                                  base.word_counts)
             v["cer_diff"] = judge.bootstrap_diff(s.char_errors, base.char_errors[:k],
                                                  base.char_counts)
-            v["passed"] = bool(v["wer_diff"][0] <= WER_MEAN_MAX and v["wer_diff"][2] <= WER_UPPER_MAX)
+            v["passed"] = passes_gate(v["wer_diff"])
         report["variants"][name] = v
     if args.merge_report:  # variants judged in an earlier run (their own FP32 baseline)
         prev = json.loads(Path(args.merge_report).read_text(encoding="utf-8"))
