@@ -126,19 +126,35 @@ def test_knee_reasons(lg):
     assert lg.stats.knee_reasons(S(0, 4, replies=3, ratio_p95=2.0)) == []
 
 
-def test_ramp_result_sustained_and_beyond_knee(lg):
+def test_sustained_and_underruns_past_the_knee(lg):
     S = lg.stats.StepStats
     prof = lg.stats.PROFILES["quick"]
-    r = lg.ramp.RampResult("x", {"tts": 1}, prof,
-                           steps=[S(0, 2), S(1, 4), S(2, 6, refused=3), S(3, 8, refused=5)],
-                           knee_step=2)
-    assert r.sustained == 4 and not r.beyond_knee_underran
-    r.steps[3].underruns = 4
-    r.steps[3].refused = 0
-    assert r.beyond_knee_underran
-    r.knee_step = 0
-    assert r.sustained == 0
+    r = lg.ramp.RampResult("cosyvoiced", {"tts": 1}, prof,
+                           steps=[S(0, 2, ttfa_p95_ms=300.0), S(1, 4, ttfa_p95_ms=1200.0),
+                                  S(2, 6, refused=3), S(3, 8, refused=5)],
+                           knee_step=2, knee_reasons=["3 refusals"])
+    assert r.sustained == 4
+    doc = lg.report.summarize([r], {})
+    ramp = doc["ramps"][0]
+    assert ramp["sustained_streams"] == 4 and ramp["sustained_streams_ttfa_1s"] == 2
+    assert ramp["underruns_past_knee"] == 0 and ramp["refused_past_knee"] == 8
+    past = [t for t in doc["targets"] if t["name"].startswith("underruns at and past")][0]
+    assert past["ok"] and "refusals from there on: 8" in past["detail"]
+    # an underrun at the knee fails it, even with refusals beside it
+    doc["ramps"][0]["steps"][2]["underruns"] = 1
+    past = [t for t in lg.report.derive(doc)["targets"]
+            if t["name"].startswith("underruns at and past")][0]
+    assert not past["ok"] and past["value"] == 1
+    # no knee: not shown either way
+    r.knee_step = None
     assert lg.ramp.RampResult("x", {}, prof, steps=[S(0, 2), S(1, 4)]).sustained == 4
+    doc = lg.report.summarize([r], {})
+    assert doc["ramps"][0]["sustained_streams"] == 8
+    past = [t for t in doc["targets"] if t["name"].startswith("underruns at and past")][0]
+    assert not past["ok"] and past["detail"] == "no knee reached"
+    r.knee_step = 0
+    assert r.sustained == 0 and lg.report.summarize([r], {})["ramps"][0][
+        "sustained_streams"] == 0
 
 
 def test_step_stats_from_replies(lg):
@@ -290,8 +306,10 @@ def test_summary_targets_and_markdown(lg):
     t = {x["name"].split(",")[0].split(" (")[0]: x for x in doc["targets"]}
     ratio = t["cosyvoiced / Piper HTTP server"]
     assert ratio["value"] == pytest.approx(6 / 2) and ratio["ok"]
-    assert t["PSS growth per added stream"]["value"] == pytest.approx(0.3)
-    assert t["no load admitted only to underrun past the knee"]["ok"]
+    # fitted up to the knee step, included
+    assert t["PSS growth per added stream"]["value"] == pytest.approx(
+        np.polyfit([2, 4, 6, 8], [1000.0, 1000.6, 1001.2, 1001.4], 1)[0], abs=1e-4)
+    assert t["underruns at and past the knee"]["ok"]
     md = lg.report.markdown(doc, "docs/loadgen")
     assert "**6 concurrent real-time TTS streams on cosyvoiced vs 2 for piper-http" in md
     assert "| cosyvoiced | tts=1 | 8 **knee** |" in md

@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     if args.render:
-        return publish(args, json.loads(args.render.read_text()))
+        return publish(args, report.derive(json.loads(args.render.read_text())))
     return run(args, argv)
 
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from aiohttp import ClientError, ClientSession, ClientTimeout
 
 from loadgen_stats import (
@@ -75,14 +76,6 @@ class RampResult:
         """Streams of the last step before the knee (0: the first step was past it)."""
         last = self.steps if self.knee_step is None else self.steps[:self.knee_step]
         return last[-1].streams if last else 0
-
-    @property
-    def beyond_knee_underran(self) -> bool:
-        """True when a step at or past the knee had underruns but no refusals: load was
-        admitted only to underrun instead of being refused."""
-        if self.knee_step is None:
-            return False
-        return any(s.underruns and not s.refused for s in self.steps[self.knee_step:])
 
 
 def parse_mix(text: str) -> dict[str, float]:
@@ -317,11 +310,28 @@ async def warm_up(server: Server, mix: dict[str, float], session: ClientSession)
     lazily and first-run caches do not land in the first step."""
     for kind in mix:
         if kind == "call":
+            await warm_up_call(server)
             continue
         s = KINDS[kind](-1, server.ends, session, [], random.Random(0))
         for text in REPLIES:
             s.text = lambda text=text: text  # type: ignore[method-assign]
             await s.once(time.monotonic())
+
+
+async def warm_up_call(server: Server) -> None:
+    """One call that says one prompt and waits for its transcript (the ASR's first decode
+    allocates its buffers), then hangs up."""
+    from cosyvoiced.audiosocket.peer import Peer
+
+    if not server.ends.audiosocket or not CallStream.corpus:
+        return
+    peer = Peer(*server.ends.audiosocket)
+    await peer.connect()
+    try:
+        await peer.play(CallStream.corpus[0])
+        await peer.play(np.zeros(8000 * 2, dtype=np.int16))
+    finally:
+        await peer.hangup()
 
 
 async def _safe(coro: Any, default: Any) -> Any:

@@ -35,27 +35,24 @@ def machine() -> dict[str, Any]:
             "python": platform.python_version(), "kernel": platform.release()}
 
 
-def sustained_within(r: RampResult, ttfa_ms: float) -> int:
-    """Streams of the last step, before the knee, whose first audio p95 was within
-    ttfa_ms (0: none)."""
+def sustained(steps: list[dict[str, Any]], knee: int | None,
+              ttfa_ms: float = math.inf) -> int:
+    """Streams of the last step before the knee (and, with ttfa_ms, of the last one in the
+    unbroken run of steps from the start whose first audio p95 was within it); 0: none."""
     best = 0
-    for i, s in enumerate(r.steps):
-        if r.knee_step is not None and i >= r.knee_step:
+    for s in steps[:knee] if knee is not None else steps:
+        if (s["ttfa_p95_ms"] if s["ttfa_p95_ms"] is not None else math.inf) > ttfa_ms:
             break
-        if s.ttfa_p95_ms <= ttfa_ms:
-            best = s.streams
-        else:
-            break
+        best = s["streams"]
     return best
 
 
-def pss_slope(r: RampResult) -> float:
-    """MB of PSS per added stream, fitted over the steps before the knee (all, if the
-    knee came at once)."""
-    steps = r.steps[:r.knee_step] if r.knee_step else r.steps
-    if len(steps) < 2:
-        steps = r.steps
-    return slope_per_stream([s.streams for s in steps], [s.pss_mb for s in steps])
+def pss_slope(steps: list[dict[str, Any]], knee: int | None) -> float:
+    """MB of PSS per added stream, fitted over the steps up to the knee (included: its
+    streams were still mostly admitted)."""
+    fit = steps[:knee + 1] if knee is not None else steps
+    return slope_per_stream([s["streams"] for s in fit],
+                            [_nan(s["pss_mb"]) for s in fit])
 
 
 def summarize(ramps: list[RampResult], meta: dict[str, Any]) -> dict[str, Any]:
@@ -66,37 +63,51 @@ def summarize(ramps: list[RampResult], meta: dict[str, Any]) -> dict[str, Any]:
         out["ramps"].append({
             "server": r.server, "mix": r.mix, "profile": dataclasses.asdict(r.profile),
             "steps": [_clean(dataclasses.asdict(s)) for s in r.steps],
-            "knee_step": r.knee_step, "knee_reasons": r.knee_reasons,
-            "sustained_streams": r.sustained,
-            "sustained_streams_ttfa_1s": sustained_within(r, TTFA_BOUND_MS),
-            "pss_mb_per_stream": _num(pss_slope(r)),
-            "beyond_knee_underran": r.beyond_knee_underran, "errors": r.errors[:10]})
-    out["targets"] = targets(ramps)
-    return out
+            "knee_step": r.knee_step, "knee_reasons": r.knee_reasons, "errors": r.errors[:10]})
+    return derive(out)
 
 
-def targets(ramps: list[RampResult]) -> list[dict[str, Any]]:
-    by = {(r.server, tuple(r.mix)): r for r in ramps}
+def derive(doc: dict[str, Any]) -> dict[str, Any]:
+    """Per-ramp figures and the targets, from the steps alone (so a saved run can be
+    rendered again with `--render`)."""
+    for r in doc["ramps"]:
+        steps, knee = r["steps"], r["knee_step"]
+        r["sustained_streams"] = sustained(steps, knee)
+        r["sustained_streams_ttfa_1s"] = sustained(steps, knee, TTFA_BOUND_MS)
+        r["pss_mb_per_stream"] = _num(pss_slope(steps, knee))
+        past = steps[knee:] if knee is not None else []
+        r["underruns_past_knee"] = sum(s["underruns"] for s in past)
+        r["refused_past_knee"] = sum(s["refused"] for s in past)
+    doc["targets"] = targets(doc["ramps"])
+    return doc
+
+
+def targets(ramps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    by = {(r["server"], tuple(r["mix"])): r for r in ramps}
     ours = by.get(("cosyvoiced", ("tts",)))
     piper = by.get(("piper-http", ("piper",)))
     out = []
     if ours and piper:
-        ratio = ours.sustained / piper.sustained if piper.sustained else math.inf
+        a, b = ours["sustained_streams"], piper["sustained_streams"]
+        ratio = a / b if b else (math.inf if a else math.nan)
         out.append({"name": "cosyvoiced / Piper HTTP server, concurrent real-time TTS streams",
                     "value": _num(ratio), "goal": ">= 3", "ok": ratio >= 3,
-                    "detail": f"{ours.sustained} vs {piper.sustained}"})
+                    "detail": f"{a} vs {b}"})
     for r in ramps:
-        if r.server != "cosyvoiced":
+        if r["server"] != "cosyvoiced":
             continue
-        slope = pss_slope(r)
-        out.append({"name": f"PSS growth per added stream, MB (mix {_mix(r.mix)})",
+        slope = _nan(r["pss_mb_per_stream"])
+        out.append({"name": f"PSS growth per added stream, MB (mix {_mix(r['mix'])})",
                     "value": _num(slope), "goal": "<= 0.5",
                     "ok": not math.isnan(slope) and slope <= 0.5})
-        out.append({"name": f"no load admitted only to underrun past the knee (mix {_mix(r.mix)})",
-                    "value": float(not r.beyond_knee_underran), "goal": "1",
-                    "ok": not r.beyond_knee_underran and r.knee_step is not None,
-                    "detail": "no knee reached" if r.knee_step is None else
-                    "; ".join(r.knee_reasons)})
+        knee = r["knee_step"]
+        out.append({"name": f"underruns at and past the knee, load refused instead "
+                            f"(mix {_mix(r['mix'])})",
+                    "value": r["underruns_past_knee"], "goal": "0, knee reached",
+                    "ok": knee is not None and r["underruns_past_knee"] == 0,
+                    "detail": "no knee reached" if knee is None else
+                    f"knee: {'; '.join(r['knee_reasons'])}; refusals from there on: "
+                    f"{r['refused_past_knee']}"})
     return out
 
 
@@ -157,7 +168,8 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
     lines += ["", "Targets:", ""]
     for t in doc["targets"]:
         detail = f" ({t['detail']})" if t.get("detail") else ""
-        lines.append(f"- {t['name']}: {_f(t['value'], 2)}, goal {t['goal']}: "
+        value = "∞" if t["value"] is None and t["ok"] else _f(t["value"], 2)
+        lines.append(f"- {t['name']}: {value}, goal {t['goal']}: "
                      f"**{'ok' if t['ok'] else 'FAIL'}**{detail}")
     if plots_rel is not None:
         lines += [""] + [f"![{n.removesuffix('.png')}]({plots_rel}/{n})" for n in PLOTS]
