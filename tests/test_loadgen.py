@@ -458,3 +458,13 @@ def test_servers_take_turns_and_never_overlap(lg):
             if t > first:
                 assert any(lo - 0.05 <= t <= hi + 0.05 for lo, hi in turns[name]), \
                     (name, t, turns)
+
+
+def test_idle_calls_slope_is_fitted_past_the_first_calls(lg):
+    doc = {"ramps": [], "idle_calls": {"calls": [0, 15, 30, 45, 60],
+                                       "pss_mb": [861.0, 965.9, 967.1, 968.7, 970.0]}}
+    lg.report.derive(doc)
+    assert doc["idle_calls"]["mb_per_call"] == pytest.approx(
+        np.polyfit([30, 45, 60], [967.1, 968.7, 970.0], 1)[0], abs=1e-4)
+    t = doc["targets"][0]
+    assert t["ok"] and "30 to 60" in t["name"] and "0 calls 861 MB" in t["detail"]

@@ -56,7 +56,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "benches"))
 
 import loadgen_peers as peers  # noqa: E402
 import loadgen_report as report  # noqa: E402
-from loadgen_ramp import RampResult, Server, in_turns, parse_mix, ramp  # noqa: E402
+from loadgen_ramp import (  # noqa: E402
+    RampResult,
+    Server,
+    idle_calls_pss,
+    in_turns,
+    parse_mix,
+    ramp,
+)
 from loadgen_stats import PROFILES, Profile, loadavg_1m  # noqa: E402
 from loadgen_streams import CallStream  # noqa: E402
 
@@ -85,6 +92,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--after-knee", type=int, help="steps still run past the knee")
     p.add_argument("--peers", default=",".join(PEERS),
                    help=f"peers for the TTS-only side by side: {', '.join(PEERS)}, or none")
+    p.add_argument("--idle-calls", type=int, default=0, metavar="N",
+                   help="first, PSS with 0..N silent calls held open (memory per stream)")
     p.add_argument("--sequential", action="store_true",
                    help="side by side one server after the other, not in turns step by step")
     p.add_argument("--peer-timeout-s", type=float, default=120.0,
@@ -148,6 +157,12 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
                 managed.append(daemon)
             else:
                 server = peers.attach(args.url.rstrip("/"))
+            if args.idle_calls and server.ends.audiosocket:
+                counts = list(range(0, args.idle_calls + 1, max(1, args.idle_calls // 4)))
+                pts = asyncio.run(idle_calls_pss(server, counts))
+                meta["idle_calls"] = {"calls": [n for n, _, _ in pts],
+                                      "pss_mb": [round(m, 2) for _, m, _ in pts],
+                                      "main_pss_mb": [round(m, 2) for _, _, m in pts]}
             if list(mix) != ["tts"] or not wanted:
                 ramps.append(asyncio.run(ramp(server, mix, prof)))
             if wanted:

@@ -78,11 +78,17 @@ def derive(doc: dict[str, Any]) -> dict[str, Any]:
         past = steps[knee:] if knee is not None else []
         r["underruns_past_knee"] = sum(s["underruns"] for s in past)
         r["refused_past_knee"] = sum(s["refused"] for s in past)
-    doc["targets"] = targets(doc["ramps"])
+    idle = doc.get("idle_calls")
+    if idle:  # the upper half of the counts: after the first calls' one-time growth
+        half = [i for i, n in enumerate(idle["calls"]) if n >= idle["calls"][-1] / 2]
+        idle["mb_per_call"] = _num(slope_per_stream([idle["calls"][i] for i in half],
+                                                    [idle["pss_mb"][i] for i in half]))
+    doc["targets"] = targets(doc["ramps"], idle)
     return doc
 
 
-def targets(ramps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def targets(ramps: list[dict[str, Any]],
+            idle: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     by = {(r["server"], tuple(r["mix"])): r for r in ramps}
     ours = by.get(("cosyvoiced", ("tts",)))
     piper = by.get(("piper-http", ("piper",)))
@@ -93,6 +99,15 @@ def targets(ramps: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({"name": "cosyvoiced / Piper HTTP server, concurrent real-time TTS streams",
                     "value": _num(ratio), "goal": ">= 3", "ok": ratio >= 3,
                     "detail": f"{a} vs {b}"})
+    if idle and idle.get("mb_per_call") is not None:
+        c, m = idle["calls"], idle["pss_mb"]
+        mid = next(i for i, n in enumerate(c) if n >= c[-1] / 2)
+        out.append({"name": "PSS growth per added stream, MB (silent calls held open, "
+                            f"{c[mid]} to {c[-1]})",
+                    "value": idle["mb_per_call"], "goal": "<= 0.5",
+                    "ok": idle["mb_per_call"] <= 0.5,
+                    "detail": "PSS at " + ", ".join(f"{n} calls {x:.0f} MB"
+                                                    for n, x in zip(c, m, strict=True))})
     for r in ramps:
         if r["server"] != "cosyvoiced":
             continue
