@@ -56,10 +56,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent / "benches"))
 
 import loadgen_peers as peers  # noqa: E402
 import loadgen_report as report  # noqa: E402
+from loadgen_memory import idle_calls_pss  # noqa: E402
 from loadgen_ramp import (  # noqa: E402
     RampResult,
     Server,
-    idle_calls_pss,
     in_turns,
     parse_mix,
     ramp,

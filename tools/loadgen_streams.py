@@ -168,7 +168,10 @@ class HttpTts(Stream):
                 body = await r.text()
                 return Reply(self.kind, self.index, t0, time.monotonic(),
                              error=f"{r.status} {body[:200]}")
-            bytes_per_s = 2 * int(r.headers["X-Sample-Rate"])
+            rate = r.headers.get("X-Sample-Rate", "")
+            if not rate.isdigit():
+                raise ValueError("no X-Sample-Rate header on the audio response")
+            bytes_per_s = 2 * int(rate)
             async for data in r.content.iter_any():
                 arrivals.append((time.monotonic(), len(data) / bytes_per_s))
         return Reply(self.kind, self.index, t0, time.monotonic(), listen(t0, arrivals))
