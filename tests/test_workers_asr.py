@@ -157,6 +157,7 @@ def test_tap_makes_mel_only_while_speech_is_open_from_the_preroll(rate_hz):
     out: list = []
     pool = MelPool(CFG)
     tap = ListenTap("s", rate_hz, ring, CFG, pool, out.append)
+    tap.early_ms = None  # the plain path (early decode: test_workers_asr_early.py)
     drive(tap, probs[:20], window)
     assert tap.lease is None and not out  # silence: no extractor leased, nothing made
     drive(tap, probs[20:], window)

@@ -236,6 +236,16 @@ class Endpointer:
     def speech_start_ms(self) -> int:
         return self._r.start_ms
 
+    @property
+    def silence_ms(self) -> int:
+        """In speech: the silence so far (0 while speech goes on)."""
+        return self._r.below_ms if self._r.speech else 0
+
+    @property
+    def speech_end_ms(self) -> int:
+        """In speech: where the current silence began (or the last window, in speech)."""
+        return self._r.last_speech_end_ms
+
     def update(self, prob: float) -> VoiceStarted | VoiceStopped | None:
         """Advance by one window of probability `prob`; returns an event when one occurs."""
         cfg, r, w = self.cfg, self._r, self.window_ms

@@ -11,6 +11,10 @@ utterance against 0.3-0.45 s alone, so a fixed batch of 8 made every transcript 
 late and stalled the worker for seconds; at 1000 frames batching is ~2x cheaper per
 utterance. Sizing by slack lets both cases batch only what their deadlines allow.
 
+A provisional job (`listenasr.Provisional`: decoded while the endpointer still waits out
+`stop_ms`) is decoded like any other, but its result is held until `confirm` (then sent
+at once, its latency measured at that moment) or dropped on `retract`.
+
 `take()` / `deliver()` split a batch so the decode can run off the worker's loop thread
 (`AsrRunner`): the VAD tick must keep reading the capture rings (2 s deep) while Whisper
 works, or every stream of the worker drops audio.
@@ -28,6 +32,7 @@ The worker loop's policy, one unit of work per turn:
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import itertools
 import time
@@ -57,6 +62,10 @@ class AsrJob:
     deadline_s: float
     seq: int
     utterance: Utterance = field(compare=False)
+    provisional: bool = field(default=False, compare=False)
+    """Decoded ahead of the end of speech; its result waits for `confirm`."""
+    void: bool = field(default=False, compare=False)
+    """Retracted while being decoded: its result is dropped."""
 
 
 Emit = Callable[[str, Any], None]
@@ -80,6 +89,10 @@ class AsrQueue:
         self._seq = itertools.count()
         self._pending: dict[str, int] = {}
         self._closing: set[str] = set()
+        self._provisional: dict[str, AsrJob] = {}
+        self._held: dict[str, tuple[AsrJob, Any]] = {}
+        """Decoded provisional jobs waiting for `confirm`."""
+        self.retracted = 0
         self.batch_s = 0.2
         """Expected duration of a one-utterance batch (moving average of measured ones,
         per utterance decoded)."""
@@ -89,10 +102,41 @@ class AsrQueue:
     def __len__(self) -> int:
         return len(self._heap)
 
-    def push(self, utt: Utterance, *, urgent: bool = False) -> None:
+    def push(self, utt: Utterance, *, urgent: bool = False, provisional: bool = False) -> None:
         deadline = self.clock() if urgent else utt.speech_end_s + self.deadline_s
-        heapq.heappush(self._heap, AsrJob(deadline, next(self._seq), utt))
+        job = AsrJob(deadline, next(self._seq), utt, provisional)
+        heapq.heappush(self._heap, job)
         self._pending[utt.stream] = self._pending.get(utt.stream, 0) + 1
+        if provisional:
+            self._provisional[utt.stream] = job
+
+    def confirm(self, stream_id: str, *, urgent: bool = False) -> None:
+        """The stream's provisional job is final: send its result now if decoded."""
+        job = self._provisional.pop(stream_id, None)
+        if job is None:
+            return
+        job.provisional = False
+        held = self._held.pop(stream_id, None)
+        if held is not None:
+            self._send(job, held[1])
+        elif urgent and any(j is job for j in self._heap):
+            job.deadline_s = min(job.deadline_s, self.clock())
+            heapq.heapify(self._heap)
+
+    def retract(self, stream_id: str) -> None:
+        """The stream's provisional job is void: dropped, whether queued, decoding or done."""
+        job = self._provisional.pop(stream_id, None)
+        if job is None:
+            return
+        self.retracted += 1
+        job.void = True
+        if self._held.pop(stream_id, None) is not None:
+            self._done(stream_id)
+        elif any(j is job for j in self._heap):
+            self._heap = [j for j in self._heap if j is not job]
+            heapq.heapify(self._heap)
+            self._done(stream_id)
+        # else it is being decoded: `deliver` drops it
 
     def pending(self, stream_id: str) -> int:
         return self._pending.get(stream_id, 0)
@@ -144,17 +188,32 @@ class AsrQueue:
         self.decoded += len(jobs)
         for job, result in zip(jobs, results, strict=True):
             sid = job.utterance.stream
-            self.emit(sid, result)
-            left = self._pending.get(sid, 1) - 1
-            if left:
-                self._pending[sid] = left
+            if job.void:
+                self._done(sid)
+            elif job.provisional:
+                self._held[sid] = (job, result)
             else:
-                self._pending.pop(sid, None)
-                if sid in self._closing:
-                    self._closing.discard(sid)
-                    if self.on_idle is not None:
-                        self.on_idle(sid)
+                self._send(job, result)
         return len(jobs)
+
+    def _send(self, job: AsrJob, result: Any) -> None:
+        if isinstance(result, Transcript):  # latency: until the text goes out
+            now = time.monotonic()
+            result = dataclasses.replace(result, latency_ms=round(
+                (now - job.utterance.speech_end_s) * 1000.0, 1))
+        self.emit(job.utterance.stream, result)
+        self._done(job.utterance.stream)
+
+    def _done(self, sid: str) -> None:
+        left = self._pending.get(sid, 1) - 1
+        if left:
+            self._pending[sid] = left
+            return
+        self._pending.pop(sid, None)
+        if sid in self._closing:
+            self._closing.discard(sid)
+            if self.on_idle is not None:
+                self.on_idle(sid)
 
     def run(self) -> int:
         """Decode one batch here and now; returns utterances decoded."""

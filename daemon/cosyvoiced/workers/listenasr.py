@@ -9,6 +9,13 @@ streaming Whisper log-mel extractor. At `voice_started` the extractor is fed fro
 `start - preroll_ms` out of the history; at `voice_stopped` the frames up to
 `end + 200 ms` become an `Utterance`, so decoding can start at once.
 
+Early decode: once the silence after speech reaches `EARLY_MS` (less than `stop_ms`),
+the utterance so far goes out as `Provisional` and is decoded while the endpointer waits
+out `stop_ms`. If the silence lasts, the stop `Confirm`s it (its transcript is ready, or
+on its way, the moment `voice_stopped` is sent); if speech resumes first, `Retract`
+voids it and the utterance goes on. That takes up to `stop_ms - EARLY_MS` off every
+transcript's latency, for one wasted decode per pause between `EARLY_MS` and `stop_ms`.
+
 Every window read is cleaned first (`SampleGuard`: clipped to [-1, 1], NaN -> 0, in
 place), so NaN/inf/huge samples never reach the history, the mel or the VAD state.
 
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -38,7 +46,8 @@ from cosyvoiced.samplebuf import AudioRing
 from cosyvoiced.vad import WINDOW_MS, Endpointer
 from cosyvoiced.workers.vadtick import SampleGuard
 
-__all__ = ["ASR_RATE_HZ", "ListenTap", "MelLease", "MelPool"]
+__all__ = ["ASR_RATE_HZ", "EARLY_MS", "Confirm", "ListenTap", "MelLease", "MelPool",
+           "Provisional", "Retract"]
 
 ASR_RATE_HZ = 16000
 TAIL_MS = 200
@@ -47,6 +56,30 @@ _HISTORY_EXTRA_MS = 1000
 """History beyond preroll + start detection (windows read late in a backlogged tick)."""
 _ARRIVALS = 512
 """Windows whose arrival estimate is remembered (16 s at 32 ms)."""
+EARLY_MS = 256
+"""Silence (8 windows) after which the utterance so far is decoded provisionally; at
+least `TAIL_MS`, so its tail is already in the mel frames."""
+
+
+@dataclass(frozen=True)
+class Provisional:
+    """The utterance so far, decoded ahead of the end of speech (`Confirm`/`Retract`)."""
+
+    utterance: Utterance
+
+
+@dataclass(frozen=True)
+class Confirm:
+    """The stream's provisional utterance ended as it was: send its transcript."""
+
+    stream: str
+
+
+@dataclass(frozen=True)
+class Retract:
+    """Speech resumed: the stream's provisional utterance is void."""
+
+    stream: str
 
 
 class MelLease:
@@ -120,6 +153,10 @@ class ListenTap:
         self._rs: StreamResampler | None = None
         self._origin_ms = 0
         self.utterances = 0
+        self.early_ms = EARLY_MS if vad_cfg.stop_ms > EARLY_MS + WINDOW_MS else None
+        """Silence before a provisional decode (None: off, `stop_ms` is too short)."""
+        self._early_end: int | None = None
+        """End (ms) of the provisional utterance out, if any."""
 
     # --- the VAD tick's ring ---------------------------------------------------------
 
@@ -137,9 +174,17 @@ class ListenTap:
         return n
 
     def on_prob(self, prob: float) -> None:
-        event = self.endpointer.update(prob)
+        ep = self.endpointer
+        event = ep.update(prob)
         if event is not None:
             self._on_event(event)
+        elif self._early_end is None:
+            if (self.early_ms is not None and self.lease is not None
+                    and ep.silence_ms >= self.early_ms):
+                self._early()
+        elif ep.silence_ms == 0:  # speech resumed: the provisional utterance is void
+            self._early_end = None
+            self.emit(Retract(self.id))
 
     # --- utterances ------------------------------------------------------------------
 
@@ -156,15 +201,42 @@ class ListenTap:
             return
         stop = VoiceStopped(event.start_ms, event.end_ms, event.reason, stream=self.id)
         self.emit(stop)
+        early, self._early_end = self._early_end, None
+        if early is not None and early == stop.end_ms and self.lease is not None:
+            self._release()
+            self.utterances += 1
+            self.emit(Confirm(self.id))
+            return
+        if early is not None:
+            self.emit(Retract(self.id))
         utt = self._finish(stop)
         if utt is not None:
             self.emit(utt)
+
+    def _release(self) -> None:
+        if self.lease is not None and self.pool is not None:
+            self.pool.release(self.lease)
+        self.lease, self._rs = None, None
+
+    def _early(self) -> None:
+        """Send the utterance so far (to its end + tail) for a provisional decode."""
+        lease = self.lease
+        assert lease is not None
+        ep = self.endpointer
+        end = ep.speech_end_ms
+        n = max(0, min((end + TAIL_MS - self._origin_ms) // 10, lease.frames.count))
+        frames = np.zeros((n, WHISPER.n_mels), dtype=np.float32)
+        lease.frames.copy_out(0, n, frames)
+        self._early_end = end
+        self.emit(Provisional(Utterance(frames, ep.speech_start_ms, end, self.arrival_s(end),
+                                        self.id)))
 
     def _start(self, start_ms: int) -> None:
         if self.pool is None:
             return
         if self.lease is not None:  # a cut utterance never released (defensive)
             self.pool.release(self.lease)
+        self._early_end = None
         origin = max(0, (start_ms - self.cfg.preroll_ms) * self.rate_hz // 1000)
         backlog = self.history.read(origin)
         self._origin_ms = (self.history.count - backlog.shape[0]) * 1000 // self.rate_hz
@@ -219,6 +291,5 @@ class ListenTap:
         stop = self.endpointer.close()
         if stop is not None:
             self._on_event(stop)
-        elif self.lease is not None and self.pool is not None:  # no stop: release the lease
-            self.pool.release(self.lease)
-            self.lease = None
+        else:  # no stop: release the lease (a provisional utterance cannot be out)
+            self._release()

@@ -26,7 +26,7 @@ from cosyvoiced.asr import Utterance
 from cosyvoiced.events import Transcript
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.asrsched import AsrQueue, AsrRunner, pick_work, tts_latest_start_s
-from cosyvoiced.workers.listenasr import ListenTap, MelPool
+from cosyvoiced.workers.listenasr import Confirm, ListenTap, MelPool, Provisional, Retract
 from cosyvoiced.workers.vadtick import VadTicker
 
 log = structlog.get_logger(__name__)
@@ -127,9 +127,19 @@ class WorkerListening:
         return True
 
     def _emit(self, stream_id: str, item: Any) -> None:
-        if isinstance(item, Utterance):
-            if self.asr is not None:
-                self.asr.push(item, urgent=stream_id not in self.taps)
+        if isinstance(item, Utterance | Provisional | Confirm | Retract):
+            asr = self.asr
+            if asr is None:
+                return
+            urgent = stream_id not in self.taps  # being closed: due now
+            if isinstance(item, Utterance):
+                asr.push(item, urgent=urgent)
+            elif isinstance(item, Provisional):
+                asr.push(item.utterance, urgent=urgent, provisional=True)
+            elif isinstance(item, Confirm):
+                asr.confirm(stream_id, urgent=urgent)
+            else:
+                asr.retract(stream_id)
             return
         log.info(item.type, stream=stream_id, **{k: v for k, v in item.to_dict().items()
                                                  if k.endswith("_ms") or k == "reason"})
