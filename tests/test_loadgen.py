@@ -313,6 +313,8 @@ def test_summary_targets_and_markdown(lg):
     md = lg.report.markdown(doc, "docs/loadgen")
     assert "**6 concurrent real-time TTS streams on cosyvoiced vs 2 for piper-http" in md
     assert "| cosyvoiced | tts=1 | 8 **knee** |" in md
+    assert "At 4 streams, the largest step every server ran" in md
+    assert "cosyvoiced 400 ms / 1.10 / 0; piper-http – ms / 2.60 / 0." in md
     assert "![latency](docs/loadgen/latency.png)" in md
     assert "2 refusals" in md
 

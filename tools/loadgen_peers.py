@@ -129,7 +129,21 @@ def start_cosyvoiced(tmp: Path, cpus: str, workers: int,
                           "--json", "status"], capture_output=True, text=True, check=True)
     listeners = json.loads(out.stdout)["listeners"]
     http = next(x for x in listeners if x.startswith("tcp://")).replace("tcp://", "http://")
+    settle(http)
     return m, attach(http)
+
+
+def settle(url: str, timeout_s: float = 120.0) -> bool:
+    """Wait for the warm spare worker (it starts after READY and loads its models for a
+    few seconds: its memory and CPU must not land in the first figures). False: no spare
+    came up within timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{url}/v1/status", timeout=30) as r:
+            if (json.load(r).get("workers") or {}).get("spare"):
+                return True
+        time.sleep(0.5)
+    return False
 
 
 def start_piper_http(tmp: Path, cpus: str, timeout_s: float = 120.0) -> tuple[Managed, Server]:

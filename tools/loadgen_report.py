@@ -199,9 +199,20 @@ def headline(doc: dict[str, Any]) -> list[str]:
         return []
     parts = [f"{p['sustained_streams']} for {p['server']}" for p in peers if p]
     strict = [f"{p['sustained_streams_ttfa_1s']} for {p['server']}" for p in peers if p]
-    return [f"**{ours['sustained_streams']} concurrent real-time TTS streams on cosyvoiced vs "
-            f"{' and '.join(parts)} on the same box** (with first audio p95 within 1 s: "
-            f"{ours['sustained_streams_ttfa_1s']} vs {' and '.join(strict)})."]
+    out = [f"**{ours['sustained_streams']} concurrent real-time TTS streams on cosyvoiced vs "
+           f"{' and '.join(parts)} on the same box** (with first audio p95 within 1 s: "
+           f"{ours['sustained_streams_ttfa_1s']} vs {' and '.join(strict)})."]
+    side = [ours] + [p for p in peers if p]
+    common = set.intersection(*({s["streams"] for s in r["steps"]} for r in side))
+    if common:
+        n = max(common)
+        at = [next(s for s in r["steps"] if s["streams"] == n) for r in side]
+        out.append("")
+        out.append(f"At {n} streams, the largest step every server ran, first audio p95 / "
+                   "latency ratio p95 / underruns: " + "; ".join(
+                       f"{r['server']} {_f(s['ttfa_p95_ms'])} ms / {_f(s['ratio_p95'], 2)} / "
+                       f"{s['underruns']}" for r, s in zip(side, at, strict=True)) + ".")
+    return out
 
 
 def plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
