@@ -138,8 +138,9 @@ class AsrConfig:
     """CTranslate2 compute type on the CPU."""
     threads: int = opt(1, min=1, max=64)
     """CTranslate2 intra-op threads per worker (count them in the worker's core budget)."""
-    min_encoder_frames: int = opt(2000, min=100, max=3000, live=True)
-    """Shortest encoder input in 10 ms frames (Whisper pads to 3000; shorter is faster)."""
+    min_encoder_frames: int = opt(1200, min=100, max=3000, live=True)
+    """Shortest encoder input in 10 ms frames (Whisper pads to 3000; shorter is faster:
+    on the 563 Asterisk prompts 1200 gave 6.89 % WER in 0.38x the time of 2000's 6.86 %)."""
     max_batch: int = opt(8, min=1, max=64)
     """Utterances decoded together in one call."""
 
