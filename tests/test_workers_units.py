@@ -277,6 +277,16 @@ def test_admission_spreads_streams_then_picks_the_least_loaded():
     assert adm.choose([load(0, alive=False), load(1, speaking=5)], "tts") == 1
 
 
+def test_admission_takes_a_worker_with_room_when_the_emptiest_one_is_full():
+    """Regression: the worker with the fewest streams was the only one considered, so a
+    slow one (high RTF) refused streams another worker could still carry."""
+    adm = Admission(busy_max=0.4, max_streams=10)
+    slow_empty = WorkerLoad(0, True, 0.0, 0.57, 60.0, 0, 0, 0)
+    fast_busy = WorkerLoad(1, True, 0.14, 0.14, 60.0, 1, 0, 1)
+    assert adm.choose([slow_empty, fast_busy], "tts") == 1
+    assert adm.refused == 0
+
+
 def test_admission_refuses_beyond_real_time_capacity_with_a_typed_error():
     adm = Admission(busy_max=0.85, max_streams=100)
     full = [load(0, speaking=8), load(1, speaking=8)]  # 0.8 + 0.1 > 0.85

@@ -6,6 +6,11 @@ every stream. The largest passing N is printed next to the compute limit measure
 the same run, `cores / (single-stream RTF at 1 thread)`. Also time to first audio
 (p50/p95, from `say` to the first sample in the ring) and the workers' CPU.
 
+The machine this runs on is shared: other jobs' CPU use would decide the result. So the
+bench process and its workers run at nice -10 (as a box dedicated to the daemon gives
+them its cores; as root), and the single-stream RTF behind the limit is measured before
+and after the ramp, the lower (a higher, stricter limit) counting.
+
 VAD: per-stream cost of one Silero window unbatched vs batched (in-process, one thread),
 and the largest number of 16 kHz listen streams the two workers sustain: a feeder writes
 real speech into every capture ring at real-time pace (96 ms pieces) and a run passes
@@ -43,6 +48,23 @@ def _cpu_s(pids: list[int]) -> float:
     return total
 
 
+BENCH_NICE = -10
+
+
+def _prioritize(pids: list[int], nice: int = BENCH_NICE) -> bool:
+    """Set every thread of `pids` to `nice` (Linux priorities are per thread)."""
+    try:
+        for pid in pids:
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                try:
+                    os.setpriority(os.PRIO_PROCESS, int(tid), nice)
+                except ProcessLookupError:
+                    pass
+    except PermissionError:
+        return False
+    return True
+
+
 def _pool(loop: asyncio.AbstractEventLoop, **workers):
     from cosyvoiced.config.schema import TtsConfig, VadConfig, WorkersConfig
     from cosyvoiced.workers.pool import WorkerPool
@@ -52,10 +74,12 @@ def _pool(loop: asyncio.AbstractEventLoop, **workers):
                        max_streams=100000,
                        **workers)
     setup = WorkerSetup(tts=TtsConfig(), vad=VadConfig(), cache_dir="/tmp/cosyvoiced-bench",
-                        state_dir=None, lookahead_s=wc.lookahead_s, vad_capacity=2048,
-                        log_level="warning")
+                        state_dir=None, policy=wc.policy, lookahead_s=wc.lookahead_s,
+                        first_audio_s=wc.first_audio_s, clause_max_chars=wc.clause_max_chars,
+                        vad_capacity=2048, log_level="warning")
     pool = WorkerPool(wc, setup)
     loop.run_until_complete(pool.start())
+    pool.prioritized = _prioritize([os.getpid()] + [s.proc.pid for s in pool.slots])
     return pool
 
 
@@ -217,8 +241,9 @@ def run(quick: bool) -> Report:
     try:
         rtf1 = _single_rtf(loop, pool, 2 if quick else 4)
         limit = cores / rtf1
-        rep.rows.append(["single-stream RTF (1 thread)", round(rtf1, 4), "", ""])
-        rep.rows.append(["limit cores/RTF", round(limit, 1), "streams", ""])
+        rep.rows.append(["single-stream RTF (1 thread), before", round(rtf1, 4), "",
+                         f"workers at nice {BENCH_NICE}" if pool.prioritized
+                         else "not prioritized (needs root)"])
         best, results = 0, []
         n = max(2, int(limit * (0.5 if quick else 0.7)))
         step = max(1, int(limit * 0.1))
@@ -237,8 +262,14 @@ def run(quick: bool) -> Report:
                     break
                 n = max(best + 1, n - step)
                 step = max(1, step // 2)
+        rtf_after = _single_rtf(loop, pool, 2 if quick else 4)
+        rep.rows.append(["single-stream RTF (1 thread), after", round(rtf_after, 4), "", ""])
+        rtf1 = min(rtf1, rtf_after)
+        limit = cores / rtf1
+        rep.rows.append(["limit cores/RTF (lower RTF)", round(limit, 1), "streams", ""])
         rep.figures["tts_runs"] = results
         rep.figures["tts_rtf_1thread"] = rtf1
+        rep.figures["tts_rtf_1thread_after"] = rtf_after
         rep.figures["tts_limit"] = limit
         rep.figures["tts_max_streams"] = best
         # VAD

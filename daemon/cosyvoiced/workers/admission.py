@@ -68,17 +68,19 @@ class Admission:
         return load.vad_us * 1e-6 / VAD_WINDOW_S
 
     def choose(self, loads: Sequence[WorkerLoad], kind: str) -> int:
-        """Index of the worker with the fewest streams, if it can take one more `kind`."""
+        """Index of the worker with the fewest streams among those that can take one
+        more `kind` in real time; Overloaded if none can."""
         live = [w for w in loads if w.alive]
         if not live:
             raise self._refuse("no inference worker is running")
-        # Spread streams evenly (an open stream may speak any moment), then by load.
-        best = min(live, key=lambda w: (w.streams, w.load(), w.index))
-        if best.load() + self.cost(best, kind) > self.busy_max:
+        fits = [w for w in live if w.load() + self.cost(w, kind) <= self.busy_max]
+        if not fits:
+            least = min(live, key=lambda w: (w.load(), w.index))
             raise self._refuse(
                 f"every worker is at its real-time capacity (least loaded: worker "
-                f"{best.index} at {best.load():.2f} of {self.busy_max:.2f})")
-        return best.index
+                f"{least.index} at {least.load():.2f} of {self.busy_max:.2f})")
+        # Spread streams evenly (an open stream may speak any moment), then by load.
+        return min(fits, key=lambda w: (w.streams, w.load(), w.index)).index
 
     def can_speak(self, load: WorkerLoad) -> None:
         """A stream that is idle now asks to speak on its worker: fits, or Overloaded."""

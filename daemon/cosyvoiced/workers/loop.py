@@ -19,6 +19,7 @@ import structlog
 
 from cosyvoiced.log import setup_logging
 from cosyvoiced.ring import Ring, RingError
+from cosyvoiced.tts.plan import plan
 from cosyvoiced.tts.request import SynthesisOptions
 from cosyvoiced.tts.synth import TtsEngine
 from cosyvoiced.vad import SileroBatch
@@ -46,10 +47,15 @@ class Worker:
         self.setup = setup
         self.stats = WorkerStats(stats_array)
         self.meter = LoadMeter()
-        self.engine = TtsEngine(setup.tts, threads=setup.onnx_threads,
+        # Clauses cut shorter here than tts.max_clause_chars may: one clause is one ONNX
+        # run that no other stream on this worker can interrupt.
+        tts = replace(setup.tts, max_clause_chars=min(setup.tts.max_clause_chars,
+                                                      setup.clause_max_chars))
+        self.engine = TtsEngine(tts, threads=setup.onnx_threads,
                                 cache_dir=setup.cache_dir, state_dir=setup.state_dir)
         self.tts = TtsScheduler(self._make_gen, self._send, policy=setup.policy,
-                                lookahead_s=setup.lookahead_s, on_clause=self.meter.add_clause)
+                                lookahead_s=setup.lookahead_s, first_audio_s=setup.first_audio_s,
+                                on_clause=self.meter.add_clause)
         self.vad = VadTicker(self._make_vad, setup.vad_tick_ms / 1000)
         self._vads: dict[int, SileroBatch] = {}
         self._rings: dict[str, Ring] = {}
@@ -73,7 +79,12 @@ class Worker:
     def _make_gen(self, job: SayJob, stream: TtsStream) -> Any:
         options = job.options if job.options is not None else SynthesisOptions()
         options = replace(options, rate_hz=stream.rate_hz, format="float32")
-        return self.engine.synthesize(job.text, options)
+        gen = self.engine.synthesize(job.text, options)  # typed request errors raise here
+        # The scheduler's guess of each clause's cost: the same plan the engine made.
+        voice = self.engine.voice(options.voice)
+        segments = self.engine.segments(job.text, voice, options.ssml)
+        job.clause_chars = [len(c.text) for c in plan(segments, self.engine.limits())]
+        return gen
 
     def _warm_up(self) -> tuple[float, float]:
         """Load the default voice and the VAD, run each once; returns (rtf, us/window)."""
@@ -199,7 +210,7 @@ class Worker:
             self._ready(self.meter.rtf, self.stats.get("vad_us"))
             log.info("worker_adopted", index=msg.index, cpus=list(msg.cpus))
         elif isinstance(msg, m.SetPolicy):
-            self.tts.set_policy(msg.policy, msg.lookahead_s)
+            self.tts.set_policy(msg.policy, msg.lookahead_s, msg.first_audio_s)
         elif isinstance(msg, m.SetListen):
             self.listen.reconfigure(msg.vad, msg.asr)
         elif isinstance(msg, m.Stop):

@@ -62,10 +62,12 @@ class Adopt:
 
 @dataclass(frozen=True)
 class SetPolicy:
-    """Scheduling policy ("edf" | "fifo") and lookahead; tests and benches switch it."""
+    """Scheduling policy ("edf" | "fifo"), lookahead and first-audio hold; after a
+    reload, and tests and benches switch it."""
 
     policy: str
     lookahead_s: float
+    first_audio_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,7 @@ class WorkerPool(Supervision):
         setup = WorkerSetup(
             tts=config.tts, vad=config.vad, cache_dir=svc.cache_dir, state_dir=svc.state_dir,
             onnx_threads=w.onnx_threads, policy=w.policy, lookahead_s=w.lookahead_s,
+            first_audio_s=w.first_audio_s, clause_max_chars=w.clause_max_chars,
             vad_capacity=w.vad_slots, vad_tick_ms=w.vad_tick_ms, log_level=config.log.level,
             log_sink=config.log.sink, journal_socket=config.log.journal_socket,
             asr=config.asr)
@@ -98,9 +99,11 @@ class WorkerPool(Supervision):
         self.config = workers
         self.admission.busy_max = workers.admit_busy_max
         self.admission.max_streams = workers.max_streams
-        if (workers.policy, workers.lookahead_s) != (self.setup.policy, self.setup.lookahead_s):
+        live = (workers.policy, workers.lookahead_s, workers.first_audio_s)
+        if live != (self.setup.policy, self.setup.lookahead_s, self.setup.first_audio_s):
             self.setup = replace(self.setup, policy=workers.policy,
-                                 lookahead_s=workers.lookahead_s)
+                                 lookahead_s=workers.lookahead_s,
+                                 first_audio_s=workers.first_audio_s)
             self.set_policy(workers.policy, workers.lookahead_s)
 
     def reconfigure_listen(self, vad: Any, asr: Any) -> None:
@@ -278,9 +281,11 @@ class WorkerPool(Supervision):
         if proc is not None:
             proc.send(m.CloseStream(handle.stream_id))
 
-    def set_policy(self, policy: str, lookahead_s: float | None = None) -> None:
+    def set_policy(self, policy: str, lookahead_s: float | None = None,
+                   first_audio_s: float | None = None) -> None:
         """Switch every worker's TTS scheduling ("edf" | "fifo"); for tests and benches."""
-        msg = m.SetPolicy(policy, self.setup.lookahead_s if lookahead_s is None else lookahead_s)
+        msg = m.SetPolicy(policy, self.setup.lookahead_s if lookahead_s is None else lookahead_s,
+                          self.setup.first_audio_s if first_audio_s is None else first_audio_s)
         for p in self._procs():
             p.send(msg)
 

@@ -36,7 +36,9 @@ class WorkerSetup:
     state_dir: str | None
     onnx_threads: int = 1
     policy: str = "edf"
-    lookahead_s: float = 3.0
+    lookahead_s: float = 1.5
+    first_audio_s: float = 2.5
+    clause_max_chars: int = 80
     vad_capacity: int = 1024
     """VAD slots per rate in one worker."""
     vad_tick_ms: float = 16.0

@@ -1,15 +1,24 @@
-"""Clause-level TTS scheduling in a worker: earliest deadline first, bounded lookahead.
+"""Clause-level TTS scheduling in a worker: least slack first, bounded lookahead,
+first audio held until the worker can keep it fed.
 
-The engine synthesizes one clause per `next()` of a request's generator. The next
-clause goes to the stream whose playback ring will run dry soonest: its deadline is
-`now + ahead`, where `ahead` is the audio it holds ahead of its listener, the larger of
-(ring fill + pending) and its real-time playback clock (so a listener reading faster
-than real time gets real-time service, not all of it). A stream with `lookahead_s` of
-audio ahead waits, so a long text cannot starve short ones. A new request has no
-audio ahead: it goes first, which keeps time to first audio short.
+The engine synthesizes one clause per `next()` of a request's generator (one ONNX run
+that nothing interrupts). The next clause goes to the stream with the least slack:
+its deadline (when its listener runs dry: `now + ahead`, where `ahead` is the larger of
+ring fill + pending audio and its real-time playback clock) minus the expected
+synthesis time of that clause (`clausecost`: from the request's clause plan and the
+worker's measured seconds per character). So a long clause starts early enough, and a
+stream with seconds buffered yields to one about to run dry. A stream with
+`lookahead_s` of audio ahead waits, so a long text cannot starve short ones.
+
+A new request has no listener deadline yet: its first clause is due `first_audio_s`
+after it arrived. Its first audio goes out at once if the worker can keep every
+speaking stream fed with it playing (`clausecost.fits`); otherwise it is held (pending,
+not in the ring) until that holds, `prebuffer_s` is buffered, or the budget is spent.
+A burst of new requests on a busy worker thus starts them one after another with a
+buffer instead of starting all and underrunning all.
 
 "fifo" is the naive baseline kept for comparison: clauses in the order streams became
-ready for them, no lookahead bound.
+ready for them, no lookahead bound, no hold.
 
 Cancel drops a stream's queued requests and unwritten audio at once and asks the
 ring's consumer to flush what it holds.
@@ -27,11 +36,14 @@ from typing import Any, Protocol
 import numpy as np
 import structlog
 
+from cosyvoiced.workers.clausecost import ClauseCosts, fits
 from cosyvoiced.workers.messages import FirstAudio, SayDone, StreamError
 
 log = structlog.get_logger(__name__)
 
 POLICIES = ("edf", "fifo")
+SUSTAINABLE_LOAD = 1.2
+"""Above this modelled load (speaking streams x RTF) first audio is never held."""
 PENDING_RETRY_S = 0.01
 """How soon to retry writing audio that did not fit in a full ring."""
 
@@ -58,6 +70,10 @@ class SayJob:
     written: int = 0
     synth_done: bool = False
     first_sent: bool = False
+    clause_chars: list[int] | None = None
+    """Characters of each clause it will be synthesized as, when known (`make_gen` may
+    fill it in): the scheduler's guess of how long each next clause takes."""
+    clauses_done: int = 0
 
 
 @dataclass
@@ -76,6 +92,9 @@ class TtsStream:
     ready_seq: int = 0
     last_synth_s: float = 0.0
     """How long this stream's last clause took: the guess for its next one."""
+    hold_until_s: float | None = None
+    """A new request's first audio is held back (not in the ring yet) until then, or
+    until it has `prebuffer_s` of audio, so a loaded worker starts it with a buffer."""
 
     def has_work(self) -> bool:
         return self.gen is not None or bool(self.jobs)
@@ -93,22 +112,30 @@ class TtsScheduler:
     """Pure scheduling logic; the worker loop calls `step`, `flush` and `wake_in`."""
 
     def __init__(self, make_gen: MakeGen, emit: Emit, *, policy: str = "edf",
-                 lookahead_s: float = 3.0,
+                 lookahead_s: float = 3.0, first_audio_s: float = 0.0,
+                 prebuffer_s: float = 3.0,
                  on_clause: Callable[[float, float], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 timer: Callable[[], float] = time.perf_counter) -> None:
         self.make_gen = make_gen
         self.clock = clock
+        self.timer = timer
         self.emit = emit
         self.on_clause = on_clause
         self.streams: dict[str, TtsStream] = {}
         self._seq = itertools.count(1)
-        self.set_policy(policy, lookahead_s)
+        self.costs = ClauseCosts()
+        self.prebuffer_s = prebuffer_s
+        self.set_policy(policy, lookahead_s, first_audio_s)
 
-    def set_policy(self, policy: str, lookahead_s: float) -> None:
+    def set_policy(self, policy: str, lookahead_s: float,
+                   first_audio_s: float | None = None) -> None:
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         self.policy = policy
         self.lookahead_s = lookahead_s
+        if first_audio_s is not None:
+            self.first_audio_s = first_audio_s
 
     # --- control --------------------------------------------------------------------
 
@@ -136,6 +163,7 @@ class TtsScheduler:
         stream.pending.clear()
         stream.pending_samples = 0
         stream.play_end_s = 0.0
+        stream.hold_until_s = None
         stream.ring.request_flush()
         stream.ring.set_playing(False)
         for job in dropped:
@@ -161,10 +189,76 @@ class TtsScheduler:
     def queued(self) -> int:
         return sum(1 for s in self.streams.values() if s.has_work())
 
+    def slack_s(self, stream: TtsStream, now_s: float, ahead_s: float,
+                budget_s: float | None = None) -> float:
+        """How long the stream's next clause may wait: deadline - now - expected synthesis.
+
+        The deadline is when its listener runs out of audio. Before a request's first
+        audio is out, playback starts at the latest `budget_s` (`first_audio_s`) after
+        the request arrived (its held audio plays from then)."""
+        if budget_s is None:
+            budget_s = self.first_audio_s
+        need = self.expected_s(stream)
+        if stream.hold_until_s is not None:
+            held = stream.pending_samples / stream.rate_hz
+            return stream.hold_until_s + held - now_s - need
+        if ahead_s <= 0.0:
+            job = stream.job or stream.jobs[0]
+            if not job.first_sent:
+                return job.received_s + budget_s - now_s - need
+        return ahead_s - need
+
+    def expected_s(self, stream: TtsStream) -> float:
+        """How long the stream's next clause will take to synthesize (a guess)."""
+        job = stream.job if stream.job is not None else stream.jobs[0]
+        return self.costs.expected_s(job, stream.last_synth_s)
+
+    def _release(self, stream: TtsStream, now_s: float) -> bool:
+        """Start a held first audio now? Yes once the worker can still make every
+        speaking stream's next clause in time with this one playing (`_fits`), or the job
+        is fully synthesized, or `prebuffer_s` is held, or the first-audio budget is
+        spent. On an idle worker a first clause longer than the next one's synthesis
+        leaves at once."""
+        held_s = stream.pending_samples / stream.rate_hz
+        job = stream.job
+        if job is not None and stream.hold_until_s is not None and now_s < stream.hold_until_s \
+                and held_s < self.prebuffer_s and self._sustainable() \
+                and not self._fits(stream, held_s, now_s):
+            return False
+        stream.hold_until_s = None  # playback starts now with what is held
+        stream.play_end_s = now_s + held_s
+        return True
+
+    def _sustainable(self) -> bool:
+        """Can the worker carry its speaking streams in real time at all? If clearly not
+        (it was admitted beyond capacity), holding first audio gains nothing but latency.
+        (The RTF guess runs high early on: first clauses are short and cost more.)"""
+        speaking = sum(1 for st in self.streams.values() if st.has_work() or st.pending)
+        return speaking * self.costs.rtf() <= SUSTAINABLE_LOAD
+
+    def _fits(self, candidate: TtsStream, held_s: float, now_s: float) -> bool:
+        """Would every speaking stream (this one playing from now) still get each clause
+        it needs over the next seconds before it runs dry? (`clausecost.fits`)"""
+        due: list[tuple[float, float]] = []
+        costs = self.costs
+        job = candidate.job if candidate.job is not None else candidate.jobs[0]
+        costs.clauses_due(job, held_s, candidate.last_synth_s, due)
+        for st in self.streams.values():
+            if st is candidate or not st.has_work() or st.hold_until_s is not None:
+                continue
+            ahead = st.ahead_s(now_s)
+            job = st.job if st.job is not None else st.jobs[0]
+            if ahead <= 0.0 and not job.first_sent:
+                continue  # not started: its own first-audio budget, not a deadline
+            costs.clauses_due(job, ahead, st.last_synth_s, due)
+        return fits(due)
+
     def pick(self, now_s: float) -> TtsStream | None:
         best: TtsStream | None = None
         best_key: tuple[float, int] = (0.0, 0)
         edf = self.policy == "edf"
+        # Beyond capacity no schedule keeps everyone fed: new requests go first again.
+        budget = self.first_audio_s if edf and self._sustainable() else 0.0
         for stream in self.streams.values():
             if not stream.has_work():
                 continue
@@ -172,8 +266,7 @@ class TtsScheduler:
                 ahead = stream.ahead_s(now_s)
                 if ahead >= self.lookahead_s:
                     continue
-                # Latest start = deadline minus the time its next clause will take.
-                key = (ahead - stream.last_synth_s, stream.ready_seq)
+                key = (self.slack_s(stream, now_s, ahead, budget), stream.ready_seq)
             else:
                 key = (0.0, stream.ready_seq)
             if best is None or key < best_key:
@@ -184,7 +277,10 @@ class TtsScheduler:
         """Seconds until a waiting stream becomes eligible or pending audio may fit."""
         wait: float | None = None
         for stream in self.streams.values():
-            if stream.pending_samples:
+            if stream.hold_until_s is not None:
+                w = max(0.0, stream.hold_until_s - now_s)
+                wait = w if wait is None else min(wait, w)
+            elif stream.pending_samples:
                 wait = PENDING_RETRY_S if wait is None else min(wait, PENDING_RETRY_S)
             if stream.has_work():
                 w = max(0.0, stream.ahead_s(now_s) - self.lookahead_s) \
@@ -211,7 +307,7 @@ class TtsScheduler:
             stream.job = job
         job = stream.job
         assert job is not None and stream.gen is not None
-        t0 = time.perf_counter()
+        t0 = self.timer()
         try:
             chunk = next(stream.gen)
         except StopIteration:
@@ -220,9 +316,14 @@ class TtsScheduler:
             self._stop_gen(stream)
             self._fail(stream, job, exc)
             return
-        dt = time.perf_counter() - t0
+        dt = self.timer() - t0
+        first = not job.audio_samples
         job.synth_s += dt
         stream.last_synth_s = dt
+        job.clauses_done += 1
+        if chunk is not None:
+            self.costs.learn(dt, len(getattr(chunk, "text", "")),
+                             chunk.audio.shape[0] / stream.rate_hz, first)
         if chunk is None:
             self._finish_synth(stream, job)
             return
@@ -232,6 +333,9 @@ class TtsScheduler:
         if self.on_clause is not None:
             self.on_clause(dt, n / stream.rate_hz)
         now = self.clock()
+        if (first and n and self.first_audio_s > 0 and self.policy == "edf" and not job.first_sent
+                and not stream.pending and not stream.ring.available()):
+            stream.hold_until_s = job.received_s + self.first_audio_s  # see _release
         stream.play_end_s = max(stream.play_end_s, now) + n / stream.rate_hz
         if n:
             stream.pending.append([job, audio, 0])
@@ -275,6 +379,8 @@ class TtsScheduler:
                 self._write(stream, now_s)
 
     def _write(self, stream: TtsStream, now_s: float) -> None:
+        if stream.hold_until_s is not None and not self._release(stream, now_s):
+            return
         ring = stream.ring
         while stream.pending:
             entry = stream.pending[0]
