@@ -217,6 +217,7 @@ def _fake_proc(root, tree: dict[int, list[int]], pss_kb: dict[int, int],
         task = root / str(pid) / "task" / str(pid)
         task.mkdir(parents=True)
         (task / "children").write_text(" ".join(map(str, children)) + (" " if children else ""))
+        (task / "schedstat").write_text(f"123456 {pid * 1_000_000} 42\n")
         (root / str(pid) / "smaps_rollup").write_text(ROLLUP.replace("98765", str(pss_kb[pid])))
         u, s = ticks[pid]
         fields = ["S"] + ["0"] * 10 + [str(u), str(s)] + ["0"] * 30
@@ -235,6 +236,7 @@ def test_process_tree_pss_and_cpu_from_fake_proc(lg, tmp_path):
     tick = os.sysconf("SC_CLK_TCK")
     assert lg.stats.cpu_s([10, 13, 99], tmp_path) == pytest.approx(160 / tick)
     assert lg.stats.loadavg_1m(tmp_path) == pytest.approx(3.52)
+    assert lg.stats.runqueue_wait_s([10, 11, 99], tmp_path) == pytest.approx(0.021)
     # busy = user + nice + system + irq + softirq + steal (not idle, not iowait)
     assert lg.stats.machine_busy_s(tmp_path) == pytest.approx(170 / tick)
 

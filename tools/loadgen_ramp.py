@@ -34,6 +34,7 @@ from loadgen_stats import (
     percentile,
     process_tree,
     pss_mb,
+    runqueue_wait_s,
 )
 from loadgen_streams import (
     KINDS,
@@ -210,6 +211,7 @@ class Ramp:
         pids = process_tree(self.server.pid)
         cpu0, c0 = cpu_s(pids), await _safe(self.probe.counters(), {})
         done0, me0, all0 = len(self.replies), cpu_s([os.getpid()]), machine_busy_s()
+        wait0 = runqueue_wait_s(pids)
         busy: list[list[float]] = []
         end = t_step + self.profile.interval_s
         while (left := end - time.monotonic()) > 0:
@@ -226,6 +228,7 @@ class Ramp:
         st.loadgen_cpu_pct = 100 * (cpu_s([os.getpid()]) - me0) / wall_s
         st.others_cpu_pct = max(0.0, 100 * (machine_busy_s() - all0) / wall_s
                                 - st.cpu_pct - st.loadgen_cpu_pct)
+        st.wait_pct = 100 * (runqueue_wait_s(pids) - wait0) / wall_s
         st.pss_mb = pss_mb(process_tree(self.server.pid))
         st.worker_busy = [sum(col) / len(col) for col in zip(*busy, strict=False)] \
             if busy else None
@@ -237,7 +240,8 @@ class Ramp:
         self.log(f"{self.server.name}: step {index} streams {n} replies {st.replies} "
                  f"ttfa p95 {st.ttfa_p95_ms:.0f} ms ratio p95 {st.ratio_p95:.2f} "
                  f"underruns {st.underruns} refused {st.refused} cpu {st.cpu_pct:.0f}% "
-                 f"pss {st.pss_mb:.0f} MB others {st.others_cpu_pct:.0f}%"
+                 f"pss {st.pss_mb:.0f} MB others {st.others_cpu_pct:.0f}% "
+                 f"waited {st.wait_pct:.0f}%"
                  + (f" KNEE: {'; '.join(reasons)}" if reasons else ""))
         if reasons and r.knee_step is None:
             r.knee_step, r.knee_reasons = index, reasons

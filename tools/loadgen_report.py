@@ -157,13 +157,14 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
         f"{100 * (m.get('nproc') or 1)} %), summed over the server and its child "
         "processes; PSS likewise (`/proc/PID/smaps_rollup`); *others' CPU %* is what the "
         "rest of the machine used meanwhile (other jobs; the load generator's own CPU is "
-        "not in it)."
+        "not in it); *waited for CPU %*: time the server's threads were ready to run but "
+        "had no CPU (`/proc/PID/task/*/schedstat`), % of the step, summed over threads."
         + (" Side by side, the servers took turns step by step (all up, one loaded at a "
            "time), so background load fell on each alike." if doc.get("turns") else ""), ""]
     head = ("| server | mix | streams | replies | first audio p50/p95/p99 ms | latency ratio "
             "p95 | transcript p95 ms | underruns | dropped | refused | CPU % | PSS MB | "
-            "worker busy | load | others' CPU % |")
-    lines += [head, "|" + "---|" * 15]
+            "worker busy | load | others' CPU % | waited for CPU % |")
+    lines += [head, "|" + "---|" * 16]
     for r in doc["ramps"]:
         for i, s in enumerate(r["steps"]):
             knee = " **knee**" if r["knee_step"] == i else ""
@@ -175,7 +176,7 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
                 f"{_underruns(s)} | "
                 f"{s['dropped_frames']} | {s['refused']} | {_f(s['cpu_pct'])} | "
                 f"{_f(s['pss_mb'])} | {busy} | {_f(s['loadavg_1m'], 1)} | "
-                f"{_f(s.get('others_cpu_pct'))} |")
+                f"{_f(s.get('others_cpu_pct'))} | {_f(s.get('wait_pct'))} |")
     lines += ["", "| ramp | sustained | with first audio p95 ≤ 1 s | knee | PSS MB per stream |",
               "|---|---|---|---|---|"]
     for r in doc["ramps"]:

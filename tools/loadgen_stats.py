@@ -151,6 +151,8 @@ class StepStats:
     """CPU of this load generator (it runs on the same box)."""
     others_cpu_pct: float = math.nan
     """CPU of everything else on the box meanwhile (other jobs on a shared machine)."""
+    wait_pct: float = math.nan
+    """Time the server's threads were runnable but waited for a CPU, % of the step."""
 
 
 def knee_reasons(s: StepStats, ratio_max: float = RATIO_MAX) -> list[str]:
@@ -231,6 +233,23 @@ def cpu_s(pids: list[int], proc: Path = Path("/proc")) -> float:
             continue
         total += (int(parts[11]) + int(parts[12])) / tick
     return total
+
+
+def runqueue_wait_s(pids: list[int], proc: Path = Path("/proc")) -> float:
+    """Seconds the processes' threads spent runnable but waiting for a CPU (schedstat):
+    how much a busy machine held them back."""
+    total_ns = 0
+    for pid in pids:
+        try:
+            tasks = list((proc / str(pid) / "task").iterdir())
+        except OSError:
+            continue
+        for t in tasks:
+            try:
+                total_ns += int((t / "schedstat").read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    return total_ns / 1e9
 
 
 def machine_busy_s(proc: Path = Path("/proc")) -> float:
