@@ -97,8 +97,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="first, PSS with 0..N silent calls held open (memory per stream)")
     p.add_argument("--nice", type=int, metavar="N",
                    help="run at this nice value, and so do the servers it starts (they "
-                        "inherit it): on a shared box, e.g. -10 stands in for a dedicated "
-                        "one")
+                        "inherit it; the session's autogroup too): on a shared box, e.g. "
+                        "-10 stands in for a dedicated one")
     p.add_argument("--sequential", action="store_true",
                    help="side by side one server after the other, not in turns step by step")
     p.add_argument("--peer-timeout-s", type=float, default=120.0,
@@ -136,6 +136,15 @@ def corpus() -> list:
     return out
 
 
+def set_nice(value: int) -> None:
+    """This process (and what it starts) at `value`; with the kernel's session autogroups
+    on, nice only orders tasks within a session, so the session's autogroup gets it too."""
+    os.setpriority(os.PRIO_PROCESS, 0, value)
+    autogroup = Path("/proc/self/autogroup")
+    if autogroup.exists():
+        autogroup.write_text(str(value))
+
+
 def run(args: argparse.Namespace, argv: list[str]) -> int:
     mix = parse_mix(args.mix)
     prof = profile_of(args)
@@ -153,7 +162,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             "cpus": args.cpus}
     meta["turns"] = not args.sequential
     if args.nice is not None:
-        os.setpriority(os.PRIO_PROCESS, 0, args.nice)
+        set_nice(args.nice)
         meta["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
     ramps: list[RampResult] = []
     with tempfile.TemporaryDirectory(prefix="loadgen-") as tmp_name:
