@@ -84,3 +84,48 @@ def test_log_mel_of_a_tone(tools):
     assert np.all(peak_bins == peak_bins[len(peak_bins) // 2])  # one steady band
     silent = sweep.log_mel(np.zeros(4096, np.float32), rate_hz)
     assert np.all(silent == -10.0)
+
+
+@pytest.mark.parametrize("stride", [2, 4, 8])
+def test_conv_transpose_rewrite_is_exact(repo_root, stride, tmp_path):
+    sys.path.insert(0, str(repo_root / "tools"))
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    import quantize_graph
+
+    rng = np.random.default_rng(stride)
+    c_in, c_out, k = 6, 5, 2 * stride
+    w = rng.standard_normal((c_in, c_out, k)).astype(np.float32)
+    b = rng.standard_normal(c_out).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], name="/dec/ups.0/ConvTranspose",
+                            strides=[stride], pads=[stride // 2, stride // 2], kernel_shape=[k])
+    other = helper.make_node("ConvTranspose", ["x", "w", "b"], ["z"], name="/flow/ConvTranspose",
+                             strides=[stride], pads=[stride // 2, stride // 2], kernel_shape=[k])
+    graph = helper.make_graph(
+        [node, other], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c_in, None])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c_out, None]),
+         helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, c_out, None])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    before, after = tmp_path / "before.onnx", tmp_path / "after.onnx"
+    onnx.save(model, str(before))
+    assert quantize_graph.rewrite_conv_transpose(model) == 1  # only under /dec/
+    onnx.checker.check_model(model)
+    onnx.save(model, str(after))
+    assert [n.op_type for n in model.graph.node].count("ConvTranspose") == 1
+    x = rng.standard_normal((1, c_in, 37)).astype(np.float32)
+    y0, z0 = ort.InferenceSession(str(before), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    y1, z1 = ort.InferenceSession(str(after), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    assert y1.shape == y0.shape == (1, c_out, 37 * stride)
+    np.testing.assert_allclose(y1, y0, atol=1e-5)
+    np.testing.assert_array_equal(z1, z0)
+
+
+def test_polyphase_weight_rejects_other_kernels(repo_root):
+    sys.path.insert(0, str(repo_root / "tools"))
+    import quantize_graph
+
+    with pytest.raises(ValueError):
+        quantize_graph.polyphase_weight(np.zeros((2, 2, 6), np.float32), 4)

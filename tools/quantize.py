@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "daemon"))
 
 import judge  # noqa: E402
+from quantize_graph import rewrite_conv_transpose  # noqa: E402
 from quantize_recipes import RECIPES, Recipe, select_nodes  # noqa: E402
 
 WER_MEAN_MAX = 0.5
@@ -83,10 +84,10 @@ def calibration_ranges(pre: Path, calib_ids: list[list[int]], scales: tuple[floa
     from onnxruntime.quantization.quantize import save_tensors_data
 
     tag = recipe.calibration + (f"-{recipe.percentile}" if recipe.calibration == "Percentile" else "")
-    cache = work / f"calibration-{tag}.json"
+    cache = work / f"calibration-{pre.stem}-{tag}.json"
     if cache.is_file():
         return cache
-    seeded = work / "calibration-seeded.onnx"
+    seeded = work / f"calibration-seeded-{pre.stem}.onnx"
     if not seeded.exists():
         judge.seeded_copy(pre, CALIBRATION_SEED, seeded)
     options = {"percentile": recipe.percentile} if recipe.calibration == "Percentile" else {}
@@ -102,6 +103,25 @@ def calibration_ranges(pre: Path, calib_ids: list[list[int]], scales: tuple[floa
                 calibrator.collect_data(_Calibration([ids], scales))
         save_tensors_data(calibrator.compute_data(), cache)
     return cache
+
+
+def prepared_model(src: Path, work: Path, poly_upsample: bool = False) -> Path:
+    """ORT's quantization pre-processing (shape inference, graph cleanup), plus the
+    decoder's ConvTranspose rewritten as Conv + depth-to-time when asked (exact)."""
+    import onnx
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    pre = work / "preprocessed.onnx"
+    if not pre.exists():
+        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+    if not poly_upsample:
+        return pre
+    poly = work / "preprocessed-poly.onnx"
+    if not poly.exists():
+        model = onnx.load(str(pre))
+        rewrite_conv_transpose(model)
+        onnx.save(model, str(poly))
+    return poly
 
 
 def build_variant(name: str | Recipe, src: Path, out: Path, calib_ids: list[list[int]],
@@ -121,11 +141,8 @@ def build_variant(name: str | Recipe, src: Path, out: Path, calib_ids: list[list
                          per_channel=recipe.per_channel, op_types_to_quantize=ops)
         return
     import onnx
-    from onnxruntime.quantization.shape_inference import quant_pre_process
 
-    pre = work / "preprocessed.onnx"
-    if not pre.exists():
-        quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
+    pre = prepared_model(src, work, recipe.poly_upsample)
     names = [n.name for n in onnx.load(str(pre), load_external_data=False).graph.node]
     include, exclude = select_nodes(names, recipe)
     quantize_static(pre, out, None, quant_format=QuantFormat.QDQ,

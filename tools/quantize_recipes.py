@@ -39,6 +39,8 @@ class Recipe:
     """onnxruntime CalibrationMethod name (static recipes)."""
     percentile: float = 99.999
     """For calibration "Percentile"."""
+    poly_upsample: bool = False
+    """Rewrite the decoder's ConvTranspose as Conv + depth-to-time first (quantize_graph)."""
 
 
 _STATIC = ("Conv", "MatMul")
@@ -55,6 +57,9 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("static_qdq_dec_add_lrelu_fp32post", "static", ("Conv", "Add", "LeakyRelu"),
            scope=(DECODER,), keep_fp32=DECODER_POST),
     Recipe("static_qdq_add_lrelu_fp32post", "static", _CHAINS, keep_fp32=DECODER_POST),
+    Recipe("static_qdq_dec_poly_p9999", "static", ("Conv", "Add", "LeakyRelu"), scope=(DECODER,),
+           keep_fp32=DECODER_POST, calibration="Percentile", percentile=99.99,
+           poly_upsample=True),
 )}
 
 
