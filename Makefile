@@ -32,7 +32,7 @@ lint: $(BIN)/.stamp-test
 bench: $(BIN)/.stamp-test
 	for s in tts io streams features asr listen calls; do $(BIN)/python tools/bench.py $$s || true; done
 	$(BIN)/python tools/loadgen.py --start-daemon --profile medium --mix tts=2,call=1,wyoming=1 \
-		--idle-calls 60 --peers piper-http,wyoming-piper --readme
+		--idle-calls 60 --peers piper-http,wyoming-piper --nice -10 --readme
 
 $(VENV)/.stamp-system: Makefile
 	@missing=$$(for p in $(APT_PACKAGES); do \

@@ -136,13 +136,30 @@ def corpus() -> list:
     return out
 
 
-def set_nice(value: int) -> None:
+AUTOGROUP = Path("/proc/self/autogroup")
+
+
+def set_nice(value: int) -> int | None:
     """This process (and what it starts) at `value`; with the kernel's session autogroups
-    on, nice only orders tasks within a session, so the session's autogroup gets it too."""
-    os.setpriority(os.PRIO_PROCESS, 0, value)
-    autogroup = Path("/proc/self/autogroup")
-    if autogroup.exists():
-        autogroup.write_text(str(value))
+    on, nice only orders tasks within a session, so the session's autogroup gets it too.
+    Returns the autogroup's nice before (None: no autogroups), for `restore_autogroup`."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, value)
+        if not AUTOGROUP.exists():
+            return None
+        before = int(AUTOGROUP.read_text().split()[-1])
+        AUTOGROUP.write_text(str(value))
+    except PermissionError:  # a negative nice needs root (CAP_SYS_NICE): run as we are
+        print(f"loadgen: not allowed to set nice {value}; running at "
+              f"{os.getpriority(os.PRIO_PROCESS, 0)}", file=sys.stderr)
+        return None
+    return before
+
+
+def restore_autogroup(before: int | None) -> None:
+    """The autogroup outlives this process (the whole session shares it): put it back."""
+    if before is not None:
+        AUTOGROUP.write_text(str(before))
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> int:
@@ -161,9 +178,18 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             "profile_name": args.profile, "profile": dataclasses.asdict(prof),
             "cpus": args.cpus}
     meta["turns"] = not args.sequential
+    autogroup_before = None
     if args.nice is not None:
-        set_nice(args.nice)
+        autogroup_before = set_nice(args.nice)
         meta["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        return ramps_and_report(args, meta, mix, prof, wanted)
+    finally:
+        restore_autogroup(autogroup_before)
+
+
+def ramps_and_report(args: argparse.Namespace, meta: dict, mix: dict[str, float],
+                     prof: Profile, wanted: list[str]) -> int:
     ramps: list[RampResult] = []
     with tempfile.TemporaryDirectory(prefix="loadgen-") as tmp_name:
         tmp = Path(tmp_name)
