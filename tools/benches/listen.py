@@ -39,6 +39,9 @@ RATE_HZ = 8000
 FRAME = 160
 """20 ms at 8 kHz: what an AudioSocket call delivers."""
 LATENCY_GOAL_S = 1.5
+RELAXED_GOAL_S = 3.0
+"""Second figure: calls served with no drop and p95 within 3 s (throughput when the
+strict goal is out of reach on a loaded machine)."""
 CACHE = "/tmp/cosyvoiced-bench"
 
 
@@ -178,40 +181,47 @@ def _naive_run(naive: Any, plans: list[CallPlan]) -> dict:
             "cpu_cores": round(cpu, 2)}
 
 
-def _passed(r: dict) -> bool:
+def _passed(r: dict, goal_s: float = LATENCY_GOAL_S) -> bool:
     p95 = r["latency_p95_s"]
     return (r["dropped_frames"] == 0 and r["errors"] == 0 and p95 is not None
-            and p95 <= LATENCY_GOAL_S)
+            and p95 <= goal_s)
 
 
-def _trial(name: str, rep: Report, runner, corpus, seconds: float, n: int,
-           runs: list[dict]) -> bool:
-    plans = plan_calls(corpus, n, seconds, seed=n)
-    r = runner(plans)
-    r["ok"] = _passed(r)
-    r["speech_fraction"] = round(sum(p.speech_s for p in plans)
-                                 / sum(p.seconds for p in plans), 3)
-    runs.append(r)
-    print(f"{name} N={n}: {r}", file=sys.stderr, flush=True)
-    rep.rows.append([name, n, "ok" if r["ok"] else "FAIL", r["dropped_frames"],
-                     r["utterances"], r["missed"], r["latency_p50_s"], r["latency_p95_s"],
-                     r["wer_pct"], r["cpu_cores"]])
-    return r["ok"]
+class Trials:
+    """Each pipeline's runs by call count (a count is run once, judged by every goal)."""
 
+    def __init__(self, rep: Report, runners: dict[str, Any], corpus, seconds: float) -> None:
+        self.rep, self.runners, self.corpus, self.seconds = rep, runners, corpus, seconds
+        self.runs: dict[str, dict[int, dict]] = {name: {} for name in runners}
 
-def _ramps(rep: Report, pipelines: dict[str, tuple[Any, Ramp]], corpus,
-           seconds: float) -> dict[str, list[dict]]:
-    """Step every pipeline's ramp in turn (a shared machine's load shifts hit all)."""
-    runs: dict[str, list[dict]] = {name: [] for name in pipelines}
-    while True:
-        stepped = False
-        for name, (runner, ramp) in pipelines.items():
-            n = ramp.next()
-            if n is not None:
-                ramp.report(_trial(name, rep, runner, corpus, seconds, n, runs[name]))
-                stepped = True
-        if not stepped:
-            return runs
+    def get(self, name: str, n: int) -> dict:
+        r = self.runs[name].get(n)
+        if r is None:
+            plans = plan_calls(self.corpus, n, self.seconds, seed=n)
+            r = self.runners[name](plans)
+            r["ok"] = _passed(r)
+            r["ok_relaxed"] = _passed(r, RELAXED_GOAL_S)
+            r["speech_fraction"] = round(sum(p.speech_s for p in plans)
+                                         / sum(p.seconds for p in plans), 3)
+            self.runs[name][n] = r
+            print(f"{name} N={n}: {r}", file=sys.stderr, flush=True)
+            self.rep.rows.append([name, n, "ok" if r["ok"] else "FAIL",
+                                  "ok" if r["ok_relaxed"] else "FAIL", r["dropped_frames"],
+                                  r["utterances"], r["missed"], r["latency_p50_s"],
+                                  r["latency_p95_s"], r["wer_pct"], r["cpu_cores"]])
+        return r
+
+    def ramps(self, ramps: dict[str, Ramp], key: str) -> None:
+        """Step every pipeline's ramp in turn (a shared machine's load shifts hit all)."""
+        while True:
+            stepped = False
+            for name, ramp in ramps.items():
+                n = ramp.next()
+                if n is not None:
+                    ramp.report(self.get(name, n)[key])
+                    stepped = True
+            if not stepped:
+                return
 
 
 # --- VAD only, and allocations -------------------------------------------------------
@@ -229,7 +239,7 @@ def _vad_only(rep: Report, quick: bool) -> tuple[int, list[dict]]:
             r = _vad_run(loop, pool, n, 4 if quick else 8, audio)
             runs.append(r)
             print(f"vad-only N={n}: {r}", file=sys.stderr, flush=True)
-            rep.rows.append(["vad-only 16k", n, "ok" if r["ok"] else "FAIL",
+            rep.rows.append(["vad-only 16k", n, "ok" if r["ok"] else "FAIL", "",
                              r["overruns"], "", "", "", "", "", round(r["cpu_cores"], 2)])
             return r["ok"]
 
@@ -288,37 +298,48 @@ def run(quick: bool) -> Report:
 
     _quiet_logs()
     os.makedirs(CACHE, exist_ok=True)
-    rep = Report("listen", ["pipeline", "calls", "result", "dropped", "utterances",
-                            "missed", "lat_p50_s", "lat_p95_s", "wer_pct", "cpu_cores"])
+    rep = Report("listen", ["pipeline", "calls", "p95<=1.5s", "p95<=3s", "dropped",
+                            "utterances", "missed", "lat_p50_s", "lat_p95_s", "wer_pct",
+                            "cpu_cores"])
     corpus = clips(prompts())
     seconds = 12.0 if quick else 30.0
-    trials = 2 if quick else 6
+    steps = 2 if quick else 6
     from benches.listennaive import NaiveListen
 
     naive = NaiveListen(str(bundled_model_dir()), VadConfig())
     loop = asyncio.new_event_loop()
     pool = _listen_pool(loop)
-    ours_ramp, base_ramp = Ramp(8 if quick else 12, trials), Ramp(2, trials)
+    trials = Trials(rep, {"ours": lambda plans: _ours_run(loop, pool, plans),
+                          "naive": lambda plans: _naive_run(naive, plans)}, corpus, seconds)
+    strict = {"ours": Ramp(8 if quick else 12, steps), "naive": Ramp(2, steps)}
     try:
-        runs = _ramps(rep, {"ours": (lambda plans: _ours_run(loop, pool, plans), ours_ramp),
-                            "naive": (lambda plans: _naive_run(naive, plans), base_ramp)},
-                      corpus, seconds)
+        trials.ramps(strict, "ok")
+        relaxed = {name: Ramp(r.fail or 2 * r.best, 1 if quick else 3)
+                   for name, r in strict.items()}
+        for r, s in zip(relaxed.values(), strict.values(), strict=True):
+            r.best = s.best  # what passed the strict goal passes this one
+        trials.ramps(relaxed, "ok_relaxed")
     finally:
         loop.run_until_complete(pool.stop())
         loop.close()
-    ours, base = ours_ramp.best, base_ramp.best
-    ours_runs, base_runs = runs["ours"], runs["naive"]
+    ours, base = strict["ours"].best, strict["naive"].best
+    ours3, base3 = relaxed["ours"].best, relaxed["naive"].best
+    ours_runs = list(trials.runs["ours"].values())
+    base_runs = list(trials.runs["naive"].values())
     vad_best, vad_runs = _vad_only(rep, quick)
     allocs = {rate: round(listen_path_allocs(rate, 2.0 if quick else 5.0), 1)
               for rate in (8000, 16000)}
     ratio = ours / max(base, 1)
-    rep.figures.update(ours_calls=ours, naive_calls=base, ratio=ratio, ours_runs=ours_runs,
+    ratio3 = ours3 / max(base3, 1)
+    rep.figures.update(ours_calls=ours, naive_calls=base, ratio=ratio, ours_calls_p95_3s=ours3,
+                       naive_calls_p95_3s=base3, ratio_p95_3s=ratio3, ours_runs=ours_runs,
                        naive_runs=base_runs, vad_only_streams=vad_best, vad_runs=vad_runs,
                        listen_path_allocs_per_s=allocs, call_seconds=seconds,
                        corpus_clips=len(corpus))
     rep.notes.append(f"ours {ours} calls, naive {base} calls: {ratio:.2f}x"
                      + (" (the naive baseline passed no count; ratio taken against 1)"
                         if base == 0 else ""))
+    rep.notes.append(f"within p95 <= 3 s: ours {ours3} calls, naive {base3}: {ratio3:.2f}x")
     rep.notes.append(f"worker listen path, speech open: {allocs[8000]} numpy allocations/s "
                      f"at 8 kHz (soxr returns a new array per chunk), {allocs[16000]} at "
                      "16 kHz")
