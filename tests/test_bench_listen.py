@@ -42,6 +42,14 @@ def test_trim_drops_quiet_edges_only():
     assert abs(y.shape[0] - rate) <= 80 and np.abs(y).max() == np.abs(tone).max()
 
 
+def test_silence_files_are_not_speech_clips():
+    every = prompts()
+    silent = [p for p in every if p.name.startswith("silence/")]
+    assert len(silent) >= 5
+    kept = {c.text for c in clips(silent + every[:20])}
+    assert kept and not any(t.startswith("(") for t in kept)
+
+
 def test_a_call_is_about_35_percent_speech_with_separated_prompts(corpus):
     fractions = []
     for seed in range(20):

@@ -32,6 +32,9 @@ NOISE_RMS = 0.001
 """Background between prompts: white noise at -60 dBFS."""
 TRIM_DB = 35.0
 """A 10 ms frame quieter than the prompt's loudest by this much is silence."""
+MIN_PEAK_RMS = 0.01
+"""A prompt whose loudest 10 ms frame is quieter (-40 dBFS) is not speech (the corpus
+has "(N seconds of silence)" files)."""
 
 
 @dataclass(frozen=True)
@@ -106,12 +109,22 @@ def trim(audio: np.ndarray, rate_hz: int, db: float = TRIM_DB) -> np.ndarray:
     return audio[loud[0] * hop: (loud[-1] + 1) * hop]
 
 
+def peak_rms(audio: np.ndarray, rate_hz: int) -> float:
+    """RMS of the loudest 10 ms frame."""
+    hop = rate_hz // 100
+    n = audio.shape[0] // hop
+    if n == 0:
+        return 0.0
+    return float(np.sqrt(np.mean(audio[: n * hop].reshape(n, hop) ** 2, axis=1)).max())
+
+
 def clips(prompts: Sequence[Prompt], rate_hz: int = 8000) -> list[Clip]:
-    """Prompts trimmed to their speech, those between MIN_PROMPT_S and MAX_PROMPT_S long."""
+    """Speech prompts trimmed to their speech, those MIN_PROMPT_S to MAX_PROMPT_S long."""
     out = []
     for p in prompts:
         a = trim(p.samples(), rate_hz)
-        if MIN_PROMPT_S * rate_hz <= a.shape[0] <= MAX_PROMPT_S * rate_hz:
+        if (MIN_PROMPT_S * rate_hz <= a.shape[0] <= MAX_PROMPT_S * rate_hz
+                and peak_rms(a, rate_hz) >= MIN_PEAK_RMS):
             out.append(Clip(p.text, a))
     return out
 
