@@ -22,6 +22,10 @@ def test_scoring_text_splits_digits_and_normalizes(judge):
     assert judge.scoring_text("I paid $1,250.00 on March 14th.") == "i paid $ 1 2 5 0 on march 1 4 th"
     assert judge.scoring_text("forty nine dollars") == judge.scoring_text("$49")
     assert judge.scoring_text("November twenty ninth") == judge.scoring_text("November 29th")
+    assert judge.scoring_text("at 3 p.m.") == judge.scoring_text("at 3 PM") == "at 3 pm"
+    assert judge.scoring_text("at three P M") == "at 3 pm"
+    assert judge.scoring_text("ten thirty A M") == judge.scoring_text("10:30 am") == "1 0 3 0 am"
+    assert judge.scoring_text("a m and p m") == "a m and p m"  # letters, not after a number
 
 
 def test_edit_distance(judge):

@@ -44,6 +44,7 @@ _TENS = {"twenty": 2, "thirty": 3, "forty": 4, "fifty": 5, "sixty": 6, "seventy"
          "eighty": 8, "ninety": 9}
 _ORD = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "fifth": "5th",
         "sixth": "6th", "seventh": "7th", "eighth": "8th", "ninth": "9th"}
+_SPLIT_MERIDIEM = re.compile(r"(\d) ?([ap]) m\b")
 _COMPOUND_ORDINAL = re.compile(rf"\b({'|'.join(_TENS)})[ -]({'|'.join(_ORD)})\b", re.IGNORECASE)
 
 
@@ -51,7 +52,9 @@ def scoring_text(text: str) -> str:
     """Whisper's English normalizer, then each digit as its own word.
 
     Compound ordinals ("twenty ninth") become "29th" first: the normalizer leaves them
-    as "20 ninth", which would count as an error against a transcribed "29th".
+    as "20 ninth", which would count as an error against a transcribed "29th". After a
+    number, "a m"/"p m" (from "a.m.", or the spoken reference "P M") become "am"/"pm",
+    as a transcribed "PM" is: two errors for one way of writing the same words otherwise.
     """
     global _NORMALIZER
     if _NORMALIZER is None:
@@ -61,6 +64,7 @@ def scoring_text(text: str) -> str:
     text = _COMPOUND_ORDINAL.sub(
         lambda m: f"{_TENS[m.group(1).lower()]}{_ORD[m.group(2).lower()]}", text)
     norm = _NORMALIZER(text)
+    norm = _SPLIT_MERIDIEM.sub(r"\1 \2m", norm)
     norm = re.sub(r"(\d)", r" \1 ", norm)
     return re.sub(r"\s+", " ", norm).strip()
 
