@@ -126,6 +126,41 @@ def test_knee_reasons(lg):
     assert lg.stats.knee_reasons(S(0, 4, replies=3, ratio_p95=2.0)) == []
 
 
+def _track(lg, outcomes: str, confirm: int, after_knee: int, steps: int = 10):
+    """Feed a KneeTracker steps ("." clean, "x" failing) until it is done."""
+    prof = lg.stats.Profile(start=2, step=2, interval_s=1.0, max_steps=steps, max_streams=100,
+                            after_knee=after_knee, confirm=confirm)
+    k = lg.stats.KneeTracker(prof)
+    fed = ""
+    for o in outcomes:
+        if k.done:
+            break
+        k.update(["1 underruns"] if o == "x" else [])
+        fed += o
+    return k, fed
+
+
+def test_knee_at_the_first_failing_step_then_after_knee_steps(lg):
+    k, fed = _track(lg, "..x.x.....", confirm=1, after_knee=1)
+    assert (k.knee_step, k.held_knee_step, fed) == (2, 2, "..x.")
+    k, fed = _track(lg, "..x.x.....", confirm=1, after_knee=0)
+    assert (k.knee_step, fed, k.knee_reasons) == (2, "..x", ["1 underruns"])
+
+
+def test_held_knee_needs_failing_steps_in_a_row(lg):
+    # a lone failing step (a blip) does not end the ramp; two in a row do
+    k, fed = _track(lg, ".x..xx.x..", confirm=2, after_knee=1)
+    assert (k.knee_step, k.held_knee_step, fed) == (1, 4, ".x..xx.")
+    k, fed = _track(lg, ".x..xxx...", confirm=2, after_knee=0)
+    assert (k.held_knee_step, fed) == (4, ".x..xx")
+
+
+def test_clean_ramp_ends_with_its_schedule(lg):
+    k, fed = _track(lg, "..........", confirm=2, after_knee=1, steps=5)
+    assert (k.knee_step, k.held_knee_step, fed) == (None, None, ".....")
+    assert k.done
+
+
 def test_sustained_and_underruns_past_the_knee(lg):
     S = lg.stats.StepStats
     prof = lg.stats.PROFILES["quick"]
@@ -288,11 +323,12 @@ def _results(lg):
 
     ours = lg.ramp.RampResult("cosyvoiced", {"tts": 1.0}, prof,
                               steps=steps([1000.0, 1000.6, 1001.2, 1001.4], refused_at=3),
-                              knee_step=3, knee_reasons=["2 refusals"])
+                              knee_step=3, knee_reasons=["2 refusals"], held_knee_step=3)
     piper = lg.ramp.RampResult("piper-http", {"piper": 1.0}, prof,
                                steps=steps([300.0, 310.0], ratio=2.5)[:1]
                                + [S(1, 4, replies=3, ratio_p95=2.6, pss_mb=320.0)],
-                               knee_step=1, knee_reasons=["p95 latency ratio 2.60 > 2"])
+                               knee_step=1, knee_reasons=["p95 latency ratio 2.60 > 2"],
+                               held_knee_step=1)
     return ours, piper
 
 
@@ -306,6 +342,7 @@ def test_summary_targets_and_markdown(lg):
     doc = lg.report.summarize([ours, piper], meta)
     json.dumps(doc, allow_nan=False)
     t = {x["name"].split(",")[0].split(" (")[0]: x for x in doc["targets"]}
+    assert [x["detail"] for x in doc["targets"][:2]] == ["6 vs 2", "6 vs 2"]
     ratio = t["cosyvoiced / Piper HTTP server"]
     assert ratio["value"] == pytest.approx(6 / 2) and ratio["ok"]
     # fitted up to the knee step, included
@@ -314,7 +351,7 @@ def test_summary_targets_and_markdown(lg):
     assert t["underruns at and past the knee"]["ok"]
     md = lg.report.markdown(doc, "docs/loadgen")
     assert "**6 concurrent real-time TTS streams on cosyvoiced vs 2 for piper-http" in md
-    assert "| cosyvoiced | tts=1 | 8 **knee** |" in md
+    assert "| cosyvoiced | tts=1 | 8 **knee** **held** |" in md
     assert "At 4 streams, the largest step every server ran" in md
     assert "cosyvoiced 400 ms / 1.10 / 0; piper-http – ms / 2.60 / 0." in md
     assert "![latency](docs/loadgen/latency.png)" in md

@@ -91,6 +91,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--interval-s", type=float, help="seconds per step")
     p.add_argument("--max-steps", type=int)
     p.add_argument("--after-knee", type=int, help="steps still run past the knee")
+    p.add_argument("--confirm", type=int,
+                   help="steps in a row past the knee criteria before the ramp ends")
     p.add_argument("--peers", default=",".join(PEERS),
                    help=f"peers for the TTS-only side by side: {', '.join(PEERS)}, or none")
     p.add_argument("--idle-calls", type=int, default=0, metavar="N",
@@ -118,7 +120,8 @@ def profile_of(args: argparse.Namespace) -> Profile:
     base = PROFILES[args.profile]
     over = {k: v for k, v in (("start", args.start), ("step", args.step),
                               ("interval_s", args.interval_s), ("max_steps", args.max_steps),
-                              ("after_knee", args.after_knee)) if v is not None}
+                              ("after_knee", args.after_knee), ("confirm", args.confirm))
+            if v is not None}
     return dataclasses.replace(base, **over)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 import os
 import random
 import time
@@ -25,6 +24,7 @@ from aiohttp import ClientError, ClientSession, ClientTimeout
 from loadgen_stats import (
     PROFILES,
     RATIO_MAX,
+    KneeTracker,
     Profile,
     StepStats,
     cpu_s,
@@ -68,6 +68,8 @@ class RampResult:
     steps: list[StepStats] = field(default_factory=list)
     knee_step: int | None = None
     """Index of the first step past the knee (None: the ramp ended clean)."""
+    held_knee_step: int | None = None
+    """Index of the first of `profile.confirm` steps in a row past the knee."""
     knee_reasons: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     """A few error messages, for the report."""
@@ -182,12 +184,12 @@ class Ramp:
         self.kinds: list[str] = []
         self.rng = random.Random(seed)
         self.probe = Probe(server, session)
-        self._left = math.inf
+        self.knee = KneeTracker(profile)
         self._ctl: asyncio.Task[None] | None = None
 
     @property
     def done(self) -> bool:
-        return len(self.result.steps) >= len(self.schedule) or self._left <= 0
+        return self.knee.done
 
     async def open(self) -> None:
         await warm_up(self.server, self.mix, self.session)
@@ -243,11 +245,10 @@ class Ramp:
                  f"pss {st.pss_mb:.0f} MB others {st.others_cpu_pct:.0f}% "
                  f"waited {st.wait_pct:.0f}%"
                  + (f" KNEE: {'; '.join(reasons)}" if reasons else ""))
-        if reasons and r.knee_step is None:
-            r.knee_step, r.knee_reasons = index, reasons
-            self._left = self.profile.after_knee
-        elif r.knee_step is not None:
-            self._left -= 1
+        k = self.knee
+        k.update(reasons)
+        r.knee_step, r.knee_reasons, r.held_knee_step = k.knee_step, k.knee_reasons, \
+            k.held_knee_step
         return st
 
     async def pause(self) -> None:

@@ -63,7 +63,8 @@ def summarize(ramps: list[RampResult], meta: dict[str, Any]) -> dict[str, Any]:
         out["ramps"].append({
             "server": r.server, "mix": r.mix, "profile": dataclasses.asdict(r.profile),
             "steps": [_clean(dataclasses.asdict(s)) for s in r.steps],
-            "knee_step": r.knee_step, "knee_reasons": r.knee_reasons, "errors": r.errors[:10]})
+            "knee_step": r.knee_step, "knee_reasons": r.knee_reasons,
+            "held_knee_step": r.held_knee_step, "errors": r.errors[:10]})
     return derive(out)
 
 
@@ -71,9 +72,10 @@ def derive(doc: dict[str, Any]) -> dict[str, Any]:
     """Per-ramp figures and the targets, from the steps alone (so a saved run can be
     rendered again with `--render`)."""
     for r in doc["ramps"]:
-        steps, knee = r["steps"], r["knee_step"]
+        steps, knee, held = r["steps"], r["knee_step"], r.get("held_knee_step")
         r["sustained_streams"] = sustained(steps, knee)
-        r["sustained_streams_ttfa_1s"] = sustained(steps, knee, TTFA_BOUND_MS)
+        r["sustained_streams_held"] = sustained(steps, held)
+        r["sustained_streams_ttfa_1s"] = sustained(steps, held, TTFA_BOUND_MS)
         r["pss_mb_per_stream"] = _num(pss_slope(steps, knee))
         past = steps[knee:] if knee is not None else []
         r["underruns_past_knee"] = sum(s["underruns"] for s in past)
@@ -94,11 +96,14 @@ def targets(ramps: list[dict[str, Any]],
     piper = by.get(("piper-http", ("piper",)))
     out = []
     if ours and piper:
-        a, b = ours["sustained_streams"], piper["sustained_streams"]
-        ratio = a / b if b else (math.inf if a else math.nan)
-        out.append({"name": "cosyvoiced / Piper HTTP server, concurrent real-time TTS streams",
-                    "value": _num(ratio), "goal": ">= 3", "ok": ratio >= 3,
-                    "detail": f"{a} vs {b}"})
+        for key, what in (("sustained_streams_held", "knee held 2 steps in a row"),
+                          ("sustained_streams", "knee at the first failing step")):
+            a, b = ours[key], piper[key]
+            ratio = a / b if b else (math.inf if a else math.nan)
+            out.append({"name": "cosyvoiced / Piper HTTP server, concurrent real-time TTS "
+                                f"streams ({what})",
+                        "value": _num(ratio), "goal": ">= 3", "ok": ratio >= 3,
+                        "detail": f"{a} vs {b}"})
     if idle and idle.get("mb_per_call") is not None:
         c, m = idle["calls"], idle["pss_mb"]
         mid = next(i for i, n in enumerate(c) if n >= c[-1] / 2)
@@ -152,7 +157,9 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
         "request until the listener has heard all of it) / (its audio length): 1.0 is real "
         f"time, {RATIO_MAX:g} means as much waiting as speech. A step is past the knee when "
         f"its p95 latency ratio is above {RATIO_MAX:g}, or it had any underrun or any "
-        "admission refusal. *Sustained* = streams of the last step before the knee. CPU % "
+        "admission refusal. *Sustained* = streams of the last step before the knee; as a "
+        "lone failing step on this shared box can be a blip, the ramp goes on until the knee "
+        "holds for 2 steps in a row, and both figures are given. CPU % "
         "is of one core (this box has "
         f"{100 * (m.get('nproc') or 1)} %), summed over the server and its child "
         "processes; PSS likewise (`/proc/PID/smaps_rollup`); *others' CPU %* is what the "
@@ -167,7 +174,8 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
     lines += [head, "|" + "---|" * 16]
     for r in doc["ramps"]:
         for i, s in enumerate(r["steps"]):
-            knee = " **knee**" if r["knee_step"] == i else ""
+            knee = (" **knee**" if r["knee_step"] == i else "") + \
+                (" **held**" if r.get("held_knee_step") == i else "")
             busy = "/".join(f"{b:.2f}" for b in s["worker_busy"]) if s["worker_busy"] else "–"
             lines.append(
                 f"| {r['server']} | {_mix(r['mix'])} | {s['streams']}{knee} | {s['replies']} | "
@@ -177,11 +185,12 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
                 f"{s['dropped_frames']} | {s['refused']} | {_f(s['cpu_pct'])} | "
                 f"{_f(s['pss_mb'])} | {busy} | {_f(s['loadavg_1m'], 1)} | "
                 f"{_f(s.get('others_cpu_pct'))} | {_f(s.get('wait_pct'))} |")
-    lines += ["", "| ramp | sustained | with first audio p95 ≤ 1 s | knee | PSS MB per stream |",
-              "|---|---|---|---|---|"]
+    lines += ["", "| ramp | sustained (first failing step) | sustained (knee held 2 steps) | "
+              "same, first audio p95 ≤ 1 s | knee | PSS MB per stream |",
+              "|---|---|---|---|---|---|"]
     for r in doc["ramps"]:
         lines.append(f"| {r['server']} ({_mix(r['mix'])}) | {r['sustained_streams']} | "
-                     f"{r['sustained_streams_ttfa_1s']} | "
+                     f"{r['sustained_streams_held']} | {r['sustained_streams_ttfa_1s']} | "
                      f"{'; '.join(r['knee_reasons']) or 'none (clean finish)'} | "
                      f"{_f(r['pss_mb_per_stream'], 2)} |")
     lines += ["", "Targets:", ""]
@@ -201,11 +210,15 @@ def headline(doc: dict[str, Any]) -> list[str]:
     peers = [by.get(("piper-http", ("piper",))), by.get(("wyoming-piper", ("wyoming",)))]
     if not ours or not any(peers):
         return []
-    parts = [f"{p['sustained_streams']} for {p['server']}" for p in peers if p]
-    strict = [f"{p['sustained_streams_ttfa_1s']} for {p['server']}" for p in peers if p]
-    out = [f"**{ours['sustained_streams']} concurrent real-time TTS streams on cosyvoiced vs "
-           f"{' and '.join(parts)} on the same box** (with first audio p95 within 1 s: "
-           f"{ours['sustained_streams_ttfa_1s']} vs {' and '.join(strict)})."]
+    def vs(key: str) -> str:
+        return " and ".join(f"{p[key]} for {p['server']}" for p in peers if p)
+
+    out = [f"**{ours['sustained_streams_held']} concurrent real-time TTS streams on "
+           f"cosyvoiced vs {vs('sustained_streams_held')} on the same box** (before a knee "
+           f"that held 2 steps in a row; before the first failing step: "
+           f"{ours['sustained_streams']} vs {vs('sustained_streams')}; with first audio p95 "
+           f"within 1 s as well: {ours['sustained_streams_ttfa_1s']} vs "
+           f"{vs('sustained_streams_ttfa_1s')})."]
     side = [ours] + [p for p in peers if p]
     common = set.intersection(*({s["streams"] for s in r["steps"]} for r in side))
     if common:

@@ -95,6 +95,9 @@ class Profile:
     max_streams: int
     after_knee: int
     """Steps still run after the knee (to see whether more load is refused or degraded)."""
+    confirm: int = 1
+    """The ramp goes on until this many steps in a row are past the knee criteria (a
+    lone failing step on a shared, noisy box is then a blip, not the end)."""
 
     def schedule(self) -> list[tuple[float, int]]:
         """(offset from the ramp's start in s, streams running from then on), per step."""
@@ -110,9 +113,9 @@ class Profile:
 
 PROFILES = {
     "full": Profile(start=10, step=10, interval_s=30.0, max_steps=40, max_streams=1000,
-                    after_knee=1),
+                    after_knee=1, confirm=2),
     "medium": Profile(start=2, step=2, interval_s=20.0, max_steps=30, max_streams=200,
-                      after_knee=1),
+                      after_knee=1, confirm=2),
     "quick": Profile(start=2, step=2, interval_s=10.0, max_steps=3, max_streams=20,
                      after_knee=0),
 }
@@ -167,6 +170,38 @@ def knee_reasons(s: StepStats, ratio_max: float = RATIO_MAX) -> list[str]:
     if s.replies == 0 and s.streams > 0:
         out.append("no reply finished")
     return out
+
+
+class KneeTracker:
+    """Follows a ramp's steps: the knee (first failing step), the held knee (first of
+    `confirm` failing steps in a row) and when the ramp is over (`after_knee` steps past
+    the held knee, or the schedule's end)."""
+
+    def __init__(self, profile: Profile) -> None:
+        self.profile = profile
+        self.steps = 0
+        self.knee_step: int | None = None
+        self.knee_reasons: list[str] = []
+        self.held_knee_step: int | None = None
+        self._failing = 0
+        self._left = math.inf
+
+    def update(self, reasons: list[str]) -> None:
+        """The next step's knee reasons (empty: it was clean)."""
+        index = self.steps
+        self.steps += 1
+        if reasons and self.knee_step is None:
+            self.knee_step, self.knee_reasons = index, reasons
+        self._failing = self._failing + 1 if reasons else 0
+        if self.held_knee_step is not None:
+            self._left -= 1
+        elif self._failing >= self.profile.confirm:
+            self.held_knee_step = index - self._failing + 1
+            self._left = self.profile.after_knee
+
+    @property
+    def done(self) -> bool:
+        return self.steps >= len(self.profile.schedule()) or self._left <= 0
 
 
 def slope_per_stream(streams: list[int], values: list[float]) -> float:
