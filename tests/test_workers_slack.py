@@ -202,11 +202,10 @@ def test_clause_cost_hints_matter_for_a_long_second_clause():
 
 def test_a_worker_admitted_beyond_capacity_does_not_hold_first_audio():
     """Holding cannot make room when the streams need more than the worker has (e.g.
-    20 calls' greetings on one worker with admission opened up): new requests go first
-    and start one after another (each waits only for the first clauses before it), about
-    as soon as with the hold switched off, not at the end of the budget."""
+    20 calls' greetings on one worker with admission opened up): once the load says
+    so, new requests go first again, so none waits past its budget (plus the one clause
+    running when it came due: ~0.25 s here). Without that rule the last ones waited
+    ~3 s (measured)."""
     profiles, arrivals = bench_mix(12, 0.2)  # 2.4 x the worker
     _, first = simulate(profiles, arrivals, seed=0)
-    _, no_hold = simulate(profiles, arrivals, first_audio_s=0.0, seed=0)
-    assert max(first) < max(no_hold) + 0.3
-    assert max(first) < DEFAULTS.first_audio_s
+    assert max(first) < DEFAULTS.first_audio_s + 0.25

@@ -42,7 +42,7 @@ from cosyvoiced.workers.messages import FirstAudio, SayDone, StreamError
 log = structlog.get_logger(__name__)
 
 POLICIES = ("edf", "fifo")
-SUSTAINABLE_LOAD = 1.2
+SUSTAINABLE_LOAD = 1.5
 """Above this modelled load (speaking streams x RTF) first audio is never held."""
 PENDING_RETRY_S = 0.01
 """How soon to retry writing audio that did not fit in a full ring."""
