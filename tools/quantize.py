@@ -201,6 +201,18 @@ def fidelity(models: dict[str, Path], config_path: Path, texts: list[str]) -> di
     return out
 
 
+def describe(r: Recipe) -> str:
+    """One line: what a recipe quantizes and how."""
+    if r.kind == "dynamic":
+        return f"{r.name}: dynamic {r.weight_type} on {', '.join(r.op_types) or 'default ops'}"
+    calib = r.calibration + (f" {r.percentile}" if r.calibration == "Percentile" else "")
+    return (f"{r.name}: static QDQ, {', '.join(r.op_types)} in "
+            f"{', '.join(r.scope) or 'the whole graph'}, per-channel {r.weight_type} weights, "
+            f"QUInt8 activations, {calib} calibration"
+            + (f", FP32 kept: {', '.join(r.keep_fp32)}" if r.keep_fp32 else "")
+            + (", ConvTranspose rewritten as Conv + depth-to-time" if r.poly_upsample else ""))
+
+
 def render_markdown(report: dict) -> str:
     lines = [f"# INT8 gate: {report['voice']}", "",
              f"{report['sentences']} sentences x {len(report['seeds'])} seeds "
@@ -221,6 +233,10 @@ def render_markdown(report: dict) -> str:
             f"| {v['wer_pct']:.2f} | {wd_s} | {cd_s} | {len(v['seeds'])} | {v.get('passed', '-')} |")
     lines += ["", f"Kept: **{report['kept'] or 'none'}**", ""]
     lines += [f"- {n}" for n in report.get("notes", [])]
+    recipes = [RECIPES[n] for n in report["variants"] if n in RECIPES]
+    if recipes:
+        lines += ["", "Recipes (tools/quantize_recipes.py):", ""]
+        lines += [f"- {describe(r)}" for r in recipes]
     return "\n".join(lines) + "\n"
 
 
@@ -294,8 +310,10 @@ def main(argv: list[str] | None = None) -> int:
                     "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                     "notes": ["RTF: ONNX run time / audio time at 1 intra-op thread, median of "
                               f"{args.rtf_rounds} interleaved rounds over {len(rtf_ids)} sentences",
-                              "WER/CER on Whisper-normalized text with each digit a word; "
-                              "references are cosyvoiced's normalized (spoken) text",
+                              "WER/CER on Whisper-normalized text with each digit a word and "
+                              "a.m./p.m. after a number as am/pm; references are cosyvoiced's "
+                              "normalized (spoken) text; rows from an earlier run keep that "
+                              "run's scoring and FP32 baseline",
                               "variants slower than FP32 cannot be kept and are judged on "
                               f"{args.slow_seeds} seed(s) only (interval against the same seeds)"]}
     best = None

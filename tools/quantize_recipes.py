@@ -60,6 +60,12 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("static_qdq_dec_poly_p9999", "static", ("Conv", "Add", "LeakyRelu"), scope=(DECODER,),
            keep_fp32=DECODER_POST, calibration="Percentile", percentile=99.99,
            poly_upsample=True),
+    Recipe("static_qdq_dec_poly_p9999_conv", "static", ("Conv",), scope=(DECODER,),
+           keep_fp32=DECODER_POST, calibration="Percentile", percentile=99.99,
+           poly_upsample=True),
+    Recipe("static_qdq_dec_poly_p9999_conv_lrelu", "static", ("Conv", "LeakyRelu"),
+           scope=(DECODER,), keep_fp32=DECODER_POST, calibration="Percentile", percentile=99.99,
+           poly_upsample=True),
 )}
 
 
