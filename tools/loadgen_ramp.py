@@ -127,7 +127,7 @@ def step_stats(index: int, streams: int, replies: list[Reply],
         underruns_by_kind=by_kind,
         dropped_frames=int(c.get("dropped_frames", 0)),
         refused=sum(r.refused for r in replies),
-        errors=sum(1 for r in replies if r.error))
+        errors=sum(1 for r in replies if r.error and not r.refused))
 
 
 class Probe:
@@ -237,7 +237,9 @@ class Ramp:
         st.loadavg_1m = loadavg_1m()
         r = self.result
         r.steps.append(st)
-        r.errors += [x.error for x in mine if x.error][:3]
+        seen = set(r.errors)  # each distinct message once (refusals say why)
+        r.errors += [e for e in dict.fromkeys(x.error for x in mine if x.error)
+                     if e not in seen][:3]
         reasons = knee_reasons(st)
         self.log(f"{self.server.name}: step {index} streams {n} replies {st.replies} "
                  f"ttfa p95 {st.ttfa_p95_ms:.0f} ms ratio p95 {st.ratio_p95:.2f} "

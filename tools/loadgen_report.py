@@ -193,6 +193,10 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
                      f"{r['sustained_streams_held']} | {r['sustained_streams_ttfa_1s']} | "
                      f"{'; '.join(r['knee_reasons']) or 'none (clean finish)'} | "
                      f"{_f(r['pss_mb_per_stream'], 2)} |")
+    said = [(r, e) for r in doc["ramps"] for e in r.get("errors", [])[:2]]
+    if said:
+        lines += ["", "What refusals and failures said (first of each kind):", ""]
+        lines += [f"- {r['server']} ({_mix(r['mix'])}): `{e[:200]}`" for r, e in said]
     lines += ["", "Targets:", ""]
     for t in doc["targets"]:
         detail = f" ({t['detail']})" if t.get("detail") else ""

@@ -162,8 +162,9 @@ class HttpTts(Stream):
         async with self.session.post(f"{self.ends.http}/v1/tts",
                                      json={"text": self.text(), "format": "s16le"}) as r:
             if r.status == 503:
-                await r.read()
-                return Reply(self.kind, self.index, t0, time.monotonic(), refused=True)
+                body = await r.text()
+                return Reply(self.kind, self.index, t0, time.monotonic(), refused=True,
+                             error=f"refused: {body[:300]}")
             if r.status != 200:
                 body = await r.text()
                 return Reply(self.kind, self.index, t0, time.monotonic(),
@@ -232,7 +233,8 @@ class WyomingTts(Stream):
                     err = Error.from_event(event)
                     refused = err.code in ("overloaded", "draining")
                     return Reply(self.kind, self.index, t0, now, refused=refused,
-                                 error="" if refused else f"{err.code}: {err.text}")
+                                 error=f"{'refused: ' if refused else ''}{err.code}: "
+                                       f"{err.text}")
                 if AudioChunk.is_type(event.type):
                     c = AudioChunk.from_event(event)
                     arrivals.append((now, len(c.audio) / (c.rate * c.width * c.channels)))
