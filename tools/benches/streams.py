@@ -2,7 +2,8 @@
 
 TTS: N streams speak at once (starts spread over a second), each heard at real-time
 pace from its playback ring by one paced reader; a run passes with zero underruns on
-every stream. The largest passing N is printed next to the compute limit measured in
+every stream (a failed N is run once more before the ramp turns back; every run is in
+the table). The largest passing N is printed next to the compute limit measured in
 the same run, `cores / (single-stream RTF at 1 thread)`. Also time to first audio
 (p50/p95, from `say` to the first sample in the ring) and the workers' CPU.
 
@@ -96,6 +97,7 @@ def _pool(loop: asyncio.AbstractEventLoop, **workers):
                         vad_capacity=2048, log_level="warning")
     pool = WorkerPool(wc, setup)
     loop.run_until_complete(pool.start())
+    pool.admission.busy_max = float("inf")  # the bench finds the limit, not admission
     pool.autogroup_nice = _autogroup_nice()
     pool.prioritized = _prioritize([os.getpid()] + [s.proc.pid for s in pool.slots])
     return pool
@@ -274,13 +276,17 @@ def run(quick: bool) -> Report:
         best, results = 0, []
         n = max(2, int(limit * (0.5 if quick else 0.7)))
         step = max(1, int(limit * 0.1))
-        for _ in range(2 if quick else 5):
+        retried: set[int] = set()
+        for _ in range(2 if quick else 7):
             r = _tts_run(loop, pool, n)
             print(f"tts N={n}: {r}", file=sys.stderr, flush=True)
             results.append(r)
             rep.rows.append([f"tts N={n}", r["underruns"], "underruns",
                              f"ttfa p50 {r['ttfa_p50_s']:.2f}s p95 {r['ttfa_p95_s']:.2f}s; "
                              f"cpu {r['cpu_cores']:.2f} cores"])
+            if r["underruns"] and n not in retried and not quick:
+                retried.add(n)  # once: other jobs on a shared box can spoil one run
+                continue
             if r["underruns"] == 0:
                 best = max(best, n)
                 n += step

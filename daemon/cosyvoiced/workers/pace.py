@@ -55,7 +55,12 @@ class PacedReader(threading.Thread):
             with self._lock:
                 listeners = list(self._listeners.values())
             for ls in listeners:
-                self._serve(ls, now)
+                try:
+                    self._serve(ls, now)
+                except ValueError:  # the stream was closed under us: stop listening to it
+                    with self._lock:
+                        self._listeners = {k: v for k, v in self._listeners.items()
+                                           if v is not ls}
             next_s += self.period_s
             delay = next_s - time.monotonic()
             if delay > 0:
@@ -74,12 +79,7 @@ class PacedReader(threading.Thread):
         want = min(due - ls.consumed, self._scratch.shape[0])
         if want <= 0:
             return
-        try:
-            ls.received += ring.read_into(self._scratch[:want])
-        except ValueError:  # the stream was closed under us: stop listening to it
-            with self._lock:
-                self._listeners = {k: v for k, v in self._listeners.items() if v is not ls}
-            return
+        ls.received += ring.read_into(self._scratch[:want])
         ls.consumed += want
 
     def stop(self) -> None:
