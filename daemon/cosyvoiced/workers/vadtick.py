@@ -88,6 +88,11 @@ class _Member:
     """The ring is read as is (the group cleans its window); False: it cleans itself."""
     windows: int = 0
 
+    def __post_init__(self) -> None:
+        # Bound once: the tick calls them for every stream every round.
+        self.available = self.ring.available
+        self.read_into = self.ring.read_into
+
 
 class VadGroup:
     """Every listen stream of one rate in one worker."""
@@ -135,8 +140,8 @@ class VadGroup:
         rows, slots, ready = self._rows, self._slots, self._ready
         k = 0
         for m in self._order:
-            if m.ring.available() >= w:
-                m.ring.read_into(rows[k])
+            if m.available() >= w:
+                m.read_into(rows[k])
                 slots[k] = m.slot
                 ready[k] = m
                 k += 1
@@ -146,8 +151,7 @@ class VadGroup:
         if self._raw:
             self.guard.clean(win)
         probs = self.batch.run(slots[:k], win)
-        for i, p in enumerate(probs.tolist()):
-            m = ready[i]
+        for m, p in zip(ready, probs.tolist(), strict=False):  # ready[:k] without a copy
             m.windows += 1
             m.sink(p)
         self.windows += k
