@@ -142,6 +142,18 @@ def corpus() -> list:
 AUTOGROUP = Path("/proc/self/autogroup")
 
 
+def commit() -> str:
+    """The checkout's commit, "+dirty" when the daemon's sources have uncommitted changes."""
+    import subprocess
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *a], capture_output=True,
+                              text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD")
+    return head + ("+dirty" if head and git("status", "--porcelain", "daemon") else "")
+
+
 def set_nice(value: int) -> int | None:
     """This process (and what it starts) at `value`; with the kernel's session autogroups
     on, nice only orders tasks within a session, so the session's autogroup gets it too.
@@ -181,6 +193,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             "profile_name": args.profile, "profile": dataclasses.asdict(prof),
             "cpus": args.cpus}
     meta["turns"] = not args.sequential
+    meta["commit"] = commit()
     autogroup_before = None
     if args.nice is not None:
         autogroup_before = set_nice(args.nice)

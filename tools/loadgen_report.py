@@ -141,9 +141,11 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
         f"machine). Profile `{doc['profile_name']}`: {p['start']} streams, "
         f"+{p['step']} every {p['interval_s']:g} s, until the knee. Servers pinned to CPUs "
         f"`{doc['cpus']}`; the load generator runs on the same box"
-        + (f"; servers and load generator at nice {doc['nice']} (the other jobs on this "
-           "shared box then yield the CPU to them, as on a box of their own)"
-           if doc.get("nice") is not None else "") + ".", "",
+        + (f"; servers and load generator at nice {doc['nice']} (their session's autogroup "
+           "too), to put them before the other jobs on this shared box (how much CPU those "
+           "still took is in *others' CPU %*)" if doc.get("nice") is not None else "")
+        + (f"; cosyvoiced at commit `{doc['commit']}`" if doc.get("commit") else "")
+        + ".", "",
         f"    {doc['command']}", ""]
     lines += headline(doc) + [""]
     lines += [
