@@ -313,14 +313,14 @@ async def in_turns(plans: list[tuple[Server, dict[str, float]]], profile: Profil
 
 
 async def warm_up(server: Server, mix: dict[str, float], session: ClientSession) -> None:
-    """Each reply text once per TTS kind, one at a time and not counted: voices loaded
-    lazily and first-run caches do not land in the first step."""
+    """Two replies per TTS kind, one at a time and not counted: voices loaded lazily and
+    first-run caches do not land in the first step."""
     for kind in mix:
         if kind == "call":
             await warm_up_call(server)
             continue
         s = KINDS[kind](-1, server.ends, session, [], random.Random(0))
-        for text in REPLIES:
+        for text in REPLIES[:2]:
             s.text = lambda text=text: text  # type: ignore[method-assign]
             await s.once(time.monotonic())
 
