@@ -291,7 +291,7 @@ def run(quick: bool) -> Report:
                 best = max(best, n)
                 n += step
             else:
-                if n - step <= best:
+                if n - 1 <= best:  # nothing left between the best pass and this failure
                     break
                 n = max(best + 1, n - step)
                 step = max(1, step // 2)
