@@ -129,3 +129,11 @@ def test_polyphase_weight_rejects_other_kernels(repo_root):
 
     with pytest.raises(ValueError):
         quantize_graph.polyphase_weight(np.zeros((2, 2, 6), np.float32), 4)
+
+
+def test_describe_names_what_is_kept_fp32(tools):
+    quantize, rec, _ = tools
+    line = quantize.describe(rec.RECIPES["static_qdq_dec_poly_p9999_conv"])
+    assert "Conv in /dec/" in line and "Percentile 99.99" in line
+    assert "/dec/conv_post/Conv" in line and "depth-to-time" in line
+    assert quantize.describe(rec.RECIPES["dyn_qint8_default"]).endswith("default ops")
