@@ -114,3 +114,12 @@ def test_the_ramp_stops_at_its_resolution_and_trial_budget():
         seen.append(n)
         r.report(True)
     assert seen == [10, 20, 40] and r.best == 40
+
+
+def test_the_streams_suite_still_offers_what_the_listen_suite_reuses():
+    import benches.listen  # noqa: F401  (imports cleanly)
+    import benches.streams as streams
+
+    for name in ("_pool", "_stop", "_vad_run", "_speech16k", "_prioritize", "_autogroup_nice",
+                 "_cpu_s"):
+        assert callable(getattr(streams, name)), name
