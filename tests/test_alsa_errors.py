@@ -243,7 +243,8 @@ def test_sink_vanishing_mid_stream_reopens_with_backoff(pulse_server, rings):
         assert play.reopens == 1 and cap.reopens == 1
         assert advancing(play) and advancing(cap)
         time.sleep(max(0.0, 1.5 - (time.monotonic() - t_b)))  # >= 150 periods of 10 ms
-        assert bystander.periods > b + 100 and bystander.gone == 0  # the rest kept running
+        # the rest kept running (>= 50 of ~150 periods: a starved CI box paces PulseAudio late)
+        assert bystander.periods > b + 50 and bystander.gone == 0
     finally:
         for t in threads:
             t.stop()

@@ -153,7 +153,8 @@ def test_healthz_and_readyz_over_tcp(daemon_factory):
 def test_sigterm_waits_for_active_streams_then_exits_0(daemon_factory):
     d = daemon_factory(overrides=("service.drain_timeout_s=30",)).start()
     d.wait_ready()
-    assert _post_unix(str(d.socket), "/v1/debug/hold-stream", {"seconds": 2}) == 202
+    # 4 s: long enough that a slow `cosyvoicectl` start on a busy box still sees it
+    assert _post_unix(str(d.socket), "/v1/debug/hold-stream", {"seconds": 4}) == 202
     assert json.loads(d.ctl("--json", "status").stdout)["streams"]["active"] == 1
     t0 = time.monotonic()
     d.signal(signal.SIGTERM)
