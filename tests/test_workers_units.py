@@ -287,6 +287,20 @@ def test_admission_takes_a_worker_with_room_when_the_emptiest_one_is_full():
     assert adm.refused == 0
 
 
+def test_admission_idle_worker_with_a_stale_high_rtf_still_takes_one_tts_stream():
+    """Regression: an RTF figure measured while other jobs held the CPU (wall time, 1.6)
+    refused every request on idle workers, and nothing re-measured it."""
+    adm = Admission(busy_max=0.85, max_streams=10)
+    stale = [load(0, rtf=1.6), load(1, rtf=1.1)]
+    assert adm.choose(stale, "tts") == 0  # fewest streams, then least loaded
+    adm.can_speak(load(1, rtf=1.6))
+    with pytest.raises(Overloaded):  # one stream already speaking: the figure is fresh
+        adm.choose([load(0, speaking=1, rtf=1.6), load(1, speaking=1, rtf=1.1)], "tts")
+    with pytest.raises(Overloaded):  # busy with listening: no room at all
+        adm.choose([load(0, busy=0.9, rtf=1.6)], "tts")
+    assert adm.refused == 2
+
+
 def test_admission_refuses_beyond_real_time_capacity_with_a_typed_error():
     adm = Admission(busy_max=0.85, max_streams=100)
     full = [load(0, speaking=8), load(1, speaking=8)]  # 0.8 + 0.1 > 0.85

@@ -6,7 +6,8 @@ holds. A worker's load is the larger of what it measured and what the model says
 (`speaking x rtf + listen windows x cost`); the measured figure lags, the modelled one
 reacts at once. New work goes to the least loaded live worker whose load with one more
 stream stays within `busy_max`; if none, the request is refused rather than letting
-every stream on the worker fall behind.
+every stream on the worker fall behind. A worker speaking for no one always takes one
+TTS stream (its RTF figure may be stale; speaking measures it again).
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class Admission:
         if not live:
             raise self._refuse("no inference worker is running")
         fits = [w for w in live if w.load() + self.cost(w, kind) <= self.busy_max]
+        if not fits and kind == "tts":
+            fits = [w for w in live if self._idle_voice(w)]
         if not fits:
             least = min(live, key=lambda w: (w.load(), w.index))
             raise self._refuse(
@@ -82,11 +85,17 @@ class Admission:
         # Spread streams evenly (an open stream may speak any moment), then by load.
         return min(fits, key=lambda w: (w.streams, w.load(), w.index)).index
 
+    def _idle_voice(self, load: WorkerLoad) -> bool:
+        """A worker speaking for no one takes one TTS stream whatever its RTF figure says:
+        that figure is only re-measured by speaking, and one taken while the box was busy
+        (wall time) would otherwise refuse every request from then on."""
+        return load.speaking == 0 and load.load() < self.busy_max
+
     def can_speak(self, load: WorkerLoad) -> None:
         """A stream that is idle now asks to speak on its worker: fits, or Overloaded."""
         if not load.alive:
             raise self._refuse(f"worker {load.index} is restarting")
-        if load.load() + load.rtf > self.busy_max:
+        if load.load() + load.rtf > self.busy_max and not self._idle_voice(load):
             raise self._refuse(
                 f"worker {load.index} is at its real-time capacity "
                 f"({load.load():.2f} of {self.busy_max:.2f})")
