@@ -310,7 +310,7 @@ def run(quick: bool) -> Report:
         rep.figures["vad_us_per_window"] = cost
         audio = _speech16k(30)
         vad_best, vad_runs = 0, []
-        for n in ((300, 600) if quick else (400, 600, 800, 1000, 1200)):
+        for n in ((300, 600) if quick else (400, 600, 800, 1000, 1200, 1600, 2000)):
             r = _vad_run(loop, pool, n, 4 if quick else 8, audio)
             print(f"vad N={n}: {r}", file=sys.stderr, flush=True)
             vad_runs.append(r)
