@@ -70,12 +70,18 @@ class Call:
         """A frame went out in part: nothing more (not even a hangup) can follow it."""
 
     @staticmethod
-    def _dup_socket(writer: asyncio.StreamWriter, sndbuf_bytes: int) -> socket.socket:
+    def _dup_socket(writer: asyncio.StreamWriter, sndbuf_bytes: int) -> socket.socket | None:
         """The clock's own handle on the call's socket: a dup, so the event loop closing
         its end never leaves the clock writing to a reused descriptor. The kernel's send
-        buffer is the slow-peer limit (Linux doubles the value asked for)."""
-        fd = writer.get_extra_info("socket").fileno()
-        sock = socket.socket(fileno=socket.dup(fd))
+        buffer is the slow-peer limit (Linux doubles the value asked for). None: the
+        connection is already gone (the reader sees that and ends the call)."""
+        transport_sock = writer.get_extra_info("socket")
+        if transport_sock is None or transport_sock.fileno() < 0:
+            return None
+        try:
+            sock = socket.socket(fileno=socket.dup(transport_sock.fileno()))
+        except OSError:
+            return None
         sock.setblocking(False)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(1, sndbuf_bytes // 2))
         return sock
