@@ -5,7 +5,8 @@ so that speech is ~35% of the time. A controller follows `/v1/events` and, after
 utterance (`voice_stopped`), has the daemon reply into that call (`/v1/calls/{id}/say`),
 as an IVR application would. Callers do not wait for the reply to end, so some talk
 over it: that measures barge-in. Steps add calls until one fails; a step passes with
-zero underruns (daemon's counter), zero dropped capture frames and zero refusals.
+zero underruns (daemon's counter), zero dropped capture frames, zero refusals, reply
+first audio p95 <= 500 ms and barge-in p95 <= 400 ms.
 
 Figures per step: calls, reply first-audio p50/p95 (from `voice_stopped` reaching the
 controller to the first reply frame at the caller), barge-in p95 (caller speech onset
@@ -36,6 +37,10 @@ from benches.report import Report
 REPO = Path(__file__).resolve().parents[2]
 REPLY = "I can help with that. One moment while I look it up."
 SPEECH_SHARE = 0.35
+FIRST_P95_MS = 500
+"""A step passes only if replies start within this (p95), as well as with no underrun:
+a call center box that answers seconds late does not sustain its calls."""
+BARGE_P95_MS = 400
 
 
 @dataclass
@@ -235,11 +240,12 @@ def run(quick: bool) -> Report:
                 delta = {k: after.get(k, 0.0) - before.get(k, 0.0)
                          for k in ("underruns", "dropped_frames", "refused")}
                 a = _analyse(peers)
-                ok = all(v == 0 for v in delta.values())
                 row = {"first50": _pct(a["first"], 50) * 1000,
                        "first95": _pct(a["first"], 95) * 1000,
                        "barge95": _pct(a["barge"], 95) * 1000,
                        "jitter99": _pct(a["jitter"], 99)}
+                ok = (all(v == 0 for v in delta.values()) and row["first95"] <= FIRST_P95_MS
+                      and row["barge95"] <= BARGE_P95_MS)
                 report.rows.append([n, row["first50"], row["first95"], row["barge95"],
                                     row["jitter99"], int(delta["underruns"]),
                                     int(delta["dropped_frames"]), int(delta["refused"]),
@@ -249,12 +255,16 @@ def run(quick: bool) -> Report:
                 best, best_row = n, row
         finally:
             d.stop()
-    report.figures = {"max_calls_zero_underruns": best, **best_row}
+    report.figures = {"max_calls": best, **best_row}
     report.notes.append(f"{duration_s:.0f} s per step; callers speak ~35% of the time; "
                         "2 workers pinned to CPUs 0-1; the callers run on the same box")
-    report.target("calls sustained with zero underruns", best, ">= 8 (2 cores)", best >= 8)
+    report.notes.append("a step passes with zero underruns, drops and refusals AND reply "
+                        f"first audio p95 <= {FIRST_P95_MS} ms AND barge-in p95 <= "
+                        f"{BARGE_P95_MS} ms")
+    report.target("calls sustained (0 underruns, reply and barge-in goals)", best,
+                  ">= 8 (2 cores)", best >= 8)
     report.target("reply first-audio p95 at that load (ms)", best_row.get("first95", 1e9),
-                  "<= 500", best_row.get("first95", 1e9) <= 500)
-    report.target("barge-in p95 at that load (ms)", best_row.get("barge95", 1e9), "<= 400",
-                  best_row.get("barge95", 1e9) <= 400)
+                  f"<= {FIRST_P95_MS}", best_row.get("first95", 1e9) <= FIRST_P95_MS)
+    report.target("barge-in p95 at that load (ms)", best_row.get("barge95", 1e9),
+                  f"<= {BARGE_P95_MS}", best_row.get("barge95", 1e9) <= BARGE_P95_MS)
     return report
