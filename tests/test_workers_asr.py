@@ -19,6 +19,7 @@ from cosyvoiced.workers.asrsched import AsrQueue, pick_work
 from cosyvoiced.workers.listenasr import ListenTap, MelPool
 from cosyvoiced.workers.listening import WorkerListening
 from cosyvoiced.workers.vadtick import VadTicker
+from tests.fakes.vad import FakeBatch
 
 
 class Clock:
@@ -186,24 +187,6 @@ def test_close_reads_the_rest_ends_the_open_utterance_and_releases_the_lease():
     assert [type(e) for e in out] == [VoiceStarted, VoiceStopped, Utterance]
     assert out[1].reason == "closed" and out[1].end_ms == 40 * 32
     assert pool.in_use == 0
-
-
-class FakeBatch:
-    window = 256
-    capacity = 8
-
-    def __init__(self, prob: float) -> None:
-        self.prob = prob
-        self.free = list(range(self.capacity))
-
-    def open(self) -> int:
-        return self.free.pop(0)
-
-    def close(self, slot: int) -> None:
-        self.free.append(slot)
-
-    def run(self, slots, windows):
-        return np.full(len(slots), self.prob, np.float32)
 
 
 def test_worker_close_sends_the_transcript_then_the_ack():

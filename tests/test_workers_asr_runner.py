@@ -16,6 +16,7 @@ from cosyvoiced.workers.asrsched import AsrQueue, AsrRunner
 from cosyvoiced.workers.listenasr import MelPool
 from cosyvoiced.workers.listening import WorkerListening
 from cosyvoiced.workers.vadtick import VadTicker
+from tests.fakes.vad import FakeBatch
 
 
 class Clock:
@@ -81,24 +82,6 @@ def test_the_runner_decodes_off_the_loop_thread_and_delivers_on_it():
         assert len(busy) == 2 and runner.wake_in() is None
     finally:
         runner.close()
-
-
-class FakeBatch:
-    window = 256
-    capacity = 8
-
-    def __init__(self, prob: float) -> None:
-        self.prob = prob
-        self.free = list(range(self.capacity))
-
-    def open(self) -> int:
-        return self.free.pop(0)
-
-    def close(self, slot: int) -> None:
-        self.free.append(slot)
-
-    def run(self, slots, windows):
-        return np.full(len(slots), self.prob, np.float32)
 
 
 class Ring:

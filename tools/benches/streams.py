@@ -70,17 +70,10 @@ def _prioritize(pids: list[int], nice: int = BENCH_NICE) -> bool:
     session's autogroup too: with autogroup scheduling (Debian's default), nice only
     orders threads within one session, and each session gets an equal share. The
     autogroup's nice is put back when the pool stops (`_stop`)."""
+    from cosyvoiced.workers.process import renice_all
+
     _autogroup_nice(nice)
-    try:
-        for pid in pids:
-            for tid in os.listdir(f"/proc/{pid}/task"):
-                try:
-                    os.setpriority(os.PRIO_PROCESS, int(tid), nice)
-                except ProcessLookupError:
-                    pass
-    except PermissionError:
-        return False
-    return True
+    return all([renice_all(nice, pid) for pid in pids])
 
 
 def _pool(loop: asyncio.AbstractEventLoop, **workers):

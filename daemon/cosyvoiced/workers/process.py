@@ -69,10 +69,10 @@ SPARE_NICE = 19
 """A spare warms up at the lowest priority so it never slows the serving workers."""
 
 
-def renice_all(nice: int) -> bool:
+def renice_all(nice: int, pid: int | str = "self") -> bool:
     """Set every thread's nice value (Linux priorities are per thread); False if denied."""
     try:
-        for tid in os.listdir("/proc/self/task"):
+        for tid in os.listdir(f"/proc/{pid}/task"):
             try:
                 os.setpriority(os.PRIO_PROCESS, int(tid), nice)
             except ProcessLookupError:
