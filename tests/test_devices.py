@@ -101,9 +101,10 @@ class Rig:
 
 
 def run(devs: list[AudioDeviceConfig], body, *, missing: dict[str, int] | None = None,
-        capacity: int = 100, **audio) -> None:
+        capacity: int = 100, first_audio_s: float = 0.0, **audio) -> None:
     async def main() -> None:
-        opener, speech = Opener(missing), FakeSpeech(capacity=capacity)
+        opener = Opener(missing)
+        speech = FakeSpeech(capacity=capacity, first_audio_s=first_audio_s)
         streams, metrics, health = Streams(10), Metrics(), Health(5.0)
         devices = Devices(AudioConfig(devices=tuple(devs), **audio), speech, streams=streams,
                           metrics=metrics, health=health, opener=opener)
@@ -145,6 +146,19 @@ def test_play_speaks_everything_at_the_device_rate_then_ends(rate_hz):
         assert dev.ring.stats().underruns == 0
 
     run([spk(rate_hz=rate_hz)], body)
+
+
+def test_waiting_for_first_audio_is_not_an_underrun():
+    """Regression: the ring was marked playing when the request was made, so the periods
+    before the first chunk arrived counted as underruns."""
+    async def body(rig: Rig) -> None:
+        await rig.devices.play("one two three", SynthesisOptions())
+        dev = rig.devices.playback[0]
+        await until(lambda: not dev.speaking)
+        assert dev.ring.stats().underruns == 0
+        assert np.count_nonzero(played(rig.opener.pcms["spk"])) > 0
+
+    run([spk()], body, first_audio_s=0.15)
 
 
 def test_stop_flushes_the_ring_within_a_period():

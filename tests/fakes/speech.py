@@ -18,15 +18,16 @@ class FakeSynthesis:
 
     rate_hz = 22050
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, first_audio_s: float = 0.0) -> None:
         self.words = text.split()
         self.cancelled = False
+        self.first_audio_s = first_audio_s
 
     async def __aiter__(self) -> AsyncIterator[AudioChunk]:
         for i, word in enumerate(self.words):
             if self.cancelled:
                 return
-            await asyncio.sleep(0)
+            await asyncio.sleep(self.first_audio_s if i == 0 else 0)
             audio = np.full(2205, 0.25, dtype=np.float32)
             data = (audio * 32767).astype("<i2").tobytes()
             yield AudioChunk(audio, data, self.rate_hz, "s16le", i, word,
@@ -80,8 +81,9 @@ class FakeListening:
 
 
 class FakeSpeech:
-    def __init__(self, *, capacity: int = 100) -> None:
+    def __init__(self, *, capacity: int = 100, first_audio_s: float = 0.0) -> None:
         self.capacity = capacity
+        self.first_audio_s = first_audio_s
         self.active = 0
         self.requests: list[tuple[str, SynthesisOptions]] = []
         self.listens: list[FakeListening] = []
@@ -101,7 +103,7 @@ class FakeSpeech:
         if self.active >= self.capacity:
             raise Overloaded("no capacity left")
         self.requests.append((text, options))
-        return FakeSynthesis(text)
+        return FakeSynthesis(text, self.first_audio_s)
 
     async def listen(self, rate_hz: int, stream_id: str) -> FakeListening:
         if self.active >= self.capacity:

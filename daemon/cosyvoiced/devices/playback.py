@@ -52,7 +52,6 @@ class PlaybackDevice(Device):
         self._speaking = (synthesis, task, stream_id)
         self._flushed = False
         self.utterances += 1
-        self.ring.set_playing(True)
         return rate
 
     def _why(self) -> str:
@@ -71,6 +70,8 @@ class PlaybackDevice(Device):
                     resampler = resampler or StreamResampler(chunk.rate_hz, rate_hz)
                     audio = resampler.process(audio)
                 await self._write(audio, channels)
+                # Underruns count from the first audio on, not while it is being made.
+                ring.set_playing(True)
             if resampler is not None:
                 await self._write(resampler.flush(), channels)
             ring.set_playing(False)  # all of it is in the ring: short reads now are the end
