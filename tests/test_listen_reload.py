@@ -14,23 +14,7 @@ from cosyvoiced.config.schema import AsrConfig, VadConfig
 from cosyvoiced.workers.listenasr import MelPool
 from cosyvoiced.workers.listening import WorkerListening
 from cosyvoiced.workers.vadtick import VadTicker
-
-
-class FakeBatch:
-    window = 256
-    capacity = 8
-
-    def __init__(self) -> None:
-        self.free = list(range(self.capacity))
-
-    def open(self) -> int:
-        return self.free.pop(0)
-
-    def close(self, slot: int) -> None:
-        self.free.append(slot)
-
-    def run(self, slots, windows):
-        return np.zeros(len(slots), np.float32)
+from tests.fakes.vad import FakeBatch
 
 
 class Ring:
@@ -44,7 +28,7 @@ class Ring:
 def test_reconfigure_applies_live_asr_keys_and_vad_for_new_streams():
     old_vad = VadConfig()
     wl = WorkerListening(SimpleNamespace(vad=old_vad, asr=None, cache_dir=None),
-                         VadTicker(lambda rate: FakeBatch(), 0.0), lambda msg: None)
+                         VadTicker(lambda rate: FakeBatch(0.0), 0.0), lambda msg: None)
     wl.decoder = SimpleNamespace(cfg=AsrConfig())
     wl.pool = MelPool(old_vad)
     wl.open("before", 8000, Ring())

@@ -19,7 +19,7 @@ from cosyvoiced.workers.asrsched import AsrQueue, pick_work
 from cosyvoiced.workers.listenasr import ListenTap, MelPool
 from cosyvoiced.workers.listening import WorkerListening
 from cosyvoiced.workers.vadtick import VadTicker
-from tests.fakes.vad import FakeBatch
+from tests.fakes.vad import FakeBatch, ListRing
 
 
 class Clock:
@@ -120,23 +120,6 @@ def test_pick_orders_tts_and_asr_by_latest_start():
     # ... and with no TTS work the batch runs at once (work-conserving).
     assert pick_work(FakeTts(None), q, now) == "asr"
     assert pick_work(FakeTts(FakeTtsStream(0.0, 0.1)), None, now) == "tts"
-
-
-class ListRing:
-    """A consumer ring over a fixed signal (what the capture ring offers the tick)."""
-
-    def __init__(self, samples: np.ndarray) -> None:
-        self.x = samples.astype(np.float32)
-        self.r = 0
-
-    def available(self) -> int:
-        return self.x.shape[0] - self.r
-
-    def read_into(self, out: np.ndarray) -> int:
-        n = min(out.shape[0], self.available())
-        out[:n] = self.x[self.r: self.r + n]
-        self.r += n
-        return n
 
 
 CFG = VadConfig(start_ms=64, stop_ms=320, preroll_ms=256, max_utterance_s=5.0)

@@ -11,6 +11,7 @@ from cosyvoiced.config.schema import VadConfig
 from cosyvoiced.events import Transcript, VoiceStarted, VoiceStopped
 from cosyvoiced.workers.asrsched import AsrQueue
 from cosyvoiced.workers.listenasr import EARLY_MS, Confirm, ListenTap, MelPool, Provisional, Retract
+from tests.fakes.vad import ListRing
 
 CFG = VadConfig(start_ms=64, stop_ms=512, preroll_ms=256, max_utterance_s=10.0)
 WINDOW = 256
@@ -35,20 +36,9 @@ class FakeDecoder:
                 for u in utts]
 
 
-class ListRing:
-    def __init__(self, n: int) -> None:
-        t = np.arange(n) / 8000
-        self.x = (0.1 * np.sin(2 * np.pi * 300 * t)).astype(np.float32)
-        self.r = 0
-
-    def available(self) -> int:
-        return self.x.shape[0] - self.r
-
-    def read_into(self, out: np.ndarray) -> int:
-        n = min(out.shape[0], self.available())
-        out[:n] = self.x[self.r: self.r + n]
-        self.r += n
-        return n
+def tone(n: int) -> ListRing:
+    t = np.arange(n) / 8000
+    return ListRing(0.1 * np.sin(2 * np.pi * 300 * t))
 
 
 def drive(tap: ListenTap, probs: list[float]) -> None:
@@ -64,7 +54,7 @@ def windows(ms: int) -> int:
 
 def test_a_pause_longer_than_early_ms_is_decoded_early_and_confirmed_by_the_stop():
     out: list = []
-    tap = ListenTap("s", 8000, ListRing(8000 * 10), CFG, MelPool(CFG), out.append)
+    tap = ListenTap("s", 8000, tone(8000 * 10), CFG, MelPool(CFG), out.append)
     drive(tap, [QUIET] * 10 + [SPEECH] * 40 + [QUIET] * (windows(EARLY_MS) - 1))
     assert [type(e) for e in out] == [VoiceStarted]
     drive(tap, [QUIET])  # silence reaches EARLY_MS
@@ -81,7 +71,7 @@ def test_a_pause_longer_than_early_ms_is_decoded_early_and_confirmed_by_the_stop
 
 def test_speech_resuming_retracts_the_early_decode_and_the_utterance_goes_on():
     out: list = []
-    tap = ListenTap("s", 8000, ListRing(8000 * 10), CFG, MelPool(CFG), out.append)
+    tap = ListenTap("s", 8000, tone(8000 * 10), CFG, MelPool(CFG), out.append)
     drive(tap, [SPEECH] * 30 + [QUIET] * windows(EARLY_MS + 64) + [SPEECH] * 20)
     assert [type(e) for e in out] == [VoiceStarted, Provisional, Retract]
     drive(tap, [QUIET] * windows(CFG.stop_ms))
@@ -93,7 +83,7 @@ def test_speech_resuming_retracts_the_early_decode_and_the_utterance_goes_on():
 def test_a_short_stop_ms_turns_early_decode_off():
     out: list = []
     cfg = VadConfig(start_ms=64, stop_ms=256, preroll_ms=256)
-    tap = ListenTap("s", 8000, ListRing(8000 * 10), cfg, MelPool(cfg), out.append)
+    tap = ListenTap("s", 8000, tone(8000 * 10), cfg, MelPool(cfg), out.append)
     drive(tap, [SPEECH] * 30 + [QUIET] * windows(cfg.stop_ms))
     assert tap.early_ms is None
     assert [type(e) for e in out] == [VoiceStarted, VoiceStopped, Utterance]
