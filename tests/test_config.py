@@ -135,3 +135,11 @@ def test_listening_beyond_loopback_needs_a_token(tmp_path):
     assert load_config(path).api.token == "s3cret"
     (msg,) = _problems('[api]\nlisten = ["http://x"]\n', tmp_path)
     assert "api.listen[0]" in msg and "tcp://HOST:PORT" in msg
+
+
+def test_vad_silence_threshold_above_speech_threshold_is_refused(tmp_path):
+    (msg,) = _problems("[vad]\nthreshold = 0.4\nneg_threshold = 0.6\n", tmp_path)
+    assert "vad.neg_threshold" in msg and "0.6" in msg and "0.4" in msg
+    path = tmp_path / "equal.toml"
+    path.write_text("[vad]\nthreshold = 0.4\nneg_threshold = 0.4\n")
+    assert load_config(path).vad.neg_threshold == 0.4

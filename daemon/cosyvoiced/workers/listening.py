@@ -91,10 +91,14 @@ class WorkerListening:
         self.taps[stream_id] = tap
 
     def reconfigure(self, vad: Any, asr: Any) -> None:
-        """A reload's live keys: `[vad]` for streams opened from now on (open ones keep
-        theirs), the live `[asr]` keys (beam, encoder window) from the next batch on; the
-        others need a restart (buffers and the model are sized by them)."""
+        """A reload's live keys: the `[vad]` thresholds at once, the other `[vad]` keys for
+        streams opened from now on (open ones' buffers are sized by theirs), the live
+        `[asr]` keys (beam, encoder window) from the next batch on; the others need a
+        restart (buffers and the model are sized by them)."""
         self.vad_cfg = vad
+        for tap in self.taps.values():  # the endpointer reads its cfg per window
+            tap.endpointer.cfg = replace(tap.endpointer.cfg, threshold=vad.threshold,
+                                         neg_threshold=vad.neg_threshold)
         if self.pool is not None and MelPool(vad).frames_cap != self.pool.frames_cap:
             self.pool = MelPool(vad, cache_dir=self.setup.cache_dir)  # open taps keep theirs
         if self.decoder is not None and asr is not None:
