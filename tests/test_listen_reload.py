@@ -74,3 +74,36 @@ def test_sighup_sends_live_asr_and_vad_keys_to_the_workers(daemon_factory, tmp_p
         reloaded["applied"])
     d.signal(signal.SIGTERM)
     assert d.wait() == 0
+
+
+class NanRing(Ring):
+    """Holds one window of NaN."""
+
+    def __init__(self, n: int) -> None:
+        self.left = n
+
+    def available(self) -> int:
+        return self.left
+
+    def read_into(self, out: np.ndarray) -> int:
+        n, self.left = min(self.left, len(out)), self.left - min(self.left, len(out))
+        out[:n] = np.nan
+        return n
+
+
+def test_close_logs_how_many_nan_samples_the_stream_sent():
+    from structlog.testing import capture_logs
+
+    vad = VadConfig()
+    wl = WorkerListening(SimpleNamespace(vad=vad, asr=None, cache_dir=None),
+                         VadTicker(lambda rate: FakeBatch(0.0), 0.0), lambda msg: None)
+    wl.pool = MelPool(vad)
+    wl.open("clean", 8000, Ring())
+    wl.open("bad", 8000, NanRing(256))
+    window = np.zeros(256, dtype=np.float32)
+    assert wl.taps["bad"].read_into(window) == 256 and not np.isnan(window).any()
+    with capture_logs() as logs:
+        wl.close("clean")
+        wl.close("bad")
+    sanitized = [e for e in logs if e["event"] == "listen_input_sanitized"]
+    assert [(e["stream"], e["nan_samples"]) for e in sanitized] == [("bad", 256)]

@@ -126,6 +126,10 @@ class WorkerListening:
             tap.close(run_vad)
         finally:
             self.vad.remove(stream_id)
+        if tap.guard.nan:
+            log.warning("listen_input_sanitized", stream=stream_id, nan_samples=tap.guard.nan,
+                        windows=tap.guard.bad_windows,
+                        note="NaN samples in the stream's input were heard as silence")
         if self.asr is None or self.asr.close_when_done(stream_id):
             self._ack(stream_id)
         return True
