@@ -37,6 +37,9 @@ __all__ = ["Listening", "Overloaded", "PoolSpeech", "Speech", "Synthesis", "Unav
 ListenEvent = VoiceStarted | VoiceStopped | Transcript
 POLL_S = 0.01
 """How often a consumer looks at its ring while audio is still coming."""
+READ_CHUNK_S = 0.25
+"""Most audio one read of a playback ring takes: a buffer this size per request, not the
+ring's (several seconds, touched page by page as it fills: memory per stream)."""
 CLOSE_TIMEOUT_S = 30.0
 
 
@@ -92,7 +95,8 @@ class PoolSynthesis:
         self.rate_hz = handle.rate_hz
         self.format = fmt
         self._cancelled = False
-        self._buf = np.empty(handle.ring.capacity_frames, dtype=np.float32)
+        self._buf = np.empty(min(handle.ring.capacity_frames, int(READ_CHUNK_S * self.rate_hz)),
+                             dtype=np.float32)
 
     def cancel(self) -> None:
         self._cancelled = True
