@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +29,16 @@ log = structlog.get_logger(__name__)
 
 CACHED_LEVEL = "extended"
 """Optimization level baked into cached graphs (portable across CPUs)."""
+
+
+@dataclass(frozen=True)
+class GraphRewrite:
+    """An exact rewrite applied to a model before it is optimized (and cached)."""
+
+    tag: str
+    """Names the rewrite and its version in cache keys."""
+    apply: Callable[[Any], object]
+    """Rewrites an onnx.ModelProto in place; ValueError: does not apply to this model."""
 
 
 class OnnxError(Exception):
@@ -60,11 +72,29 @@ def file_sha256(path: str | os.PathLike[str]) -> str:
     return digest.hexdigest()
 
 
-def cache_path_for(model_path: str | os.PathLike[str], cache_dir: str | os.PathLike[str]) -> Path:
+def cache_path_for(model_path: str | os.PathLike[str], cache_dir: str | os.PathLike[str],
+                   rewrite: GraphRewrite | None = None) -> Path:
     """Where the optimized copy of `model_path` lives in `cache_dir`."""
     ort = import_ort()
     key = f"{file_sha256(model_path)[:32]}-ort{ort.__version__}-{CACHED_LEVEL}"
+    if rewrite is not None:
+        key += f"-{rewrite.tag}"
     return Path(cache_dir) / "onnx" / f"{Path(model_path).stem}-{key}.onnx"
+
+
+def _rewritten(model_path: str, rewrite: GraphRewrite | None) -> str | bytes:
+    """The model with `rewrite` applied (serialized), or its path if it does not apply."""
+    if rewrite is None:
+        return model_path
+    import onnx
+
+    model = onnx.load(model_path)
+    try:
+        rewrite.apply(model)
+    except ValueError as exc:
+        log.info("graph_rewrite_skipped", model=model_path, rewrite=rewrite.tag, reason=str(exc))
+        return model_path
+    return model.SerializeToString()
 
 
 def _options(ort: Any, threads: int, inter_threads: int, spin: bool = False) -> Any:
@@ -86,8 +116,8 @@ def _session(ort: Any, model: str | bytes, opts: Any) -> ort.InferenceSession:
         raise OnnxError(f"cannot load ONNX model {name}: {exc}", code="onnx_load") from exc
 
 
-def _write_cache(ort: Any, model_path: str, cached: Path, threads: int, inter: int) -> bool:
-    """Optimize `model_path` at the portable level and save it atomically to `cached`."""
+def _write_cache(ort: Any, model: str | bytes, cached: Path, threads: int, inter: int) -> bool:
+    """Optimize `model` at the portable level and save it atomically to `cached`."""
     try:
         cached.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=cached.parent, suffix=".onnx.tmp")
@@ -99,7 +129,7 @@ def _write_cache(ort: Any, model_path: str, cached: Path, threads: int, inter: i
         opts = _options(ort, threads, inter)
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
         opts.optimized_model_filepath = tmp
-        _session(ort, model_path, opts)
+        _session(ort, model, opts)
         os.chmod(tmp, 0o644)
         os.replace(tmp, cached)
         return True
@@ -113,12 +143,14 @@ def _write_cache(ort: Any, model_path: str, cached: Path, threads: int, inter: i
 
 def create_session(model_path: str | os.PathLike[str] | bytes, *, threads: int = 1,
                    inter_threads: int = 1, cache_dir: str | os.PathLike[str] | None = None,
-                   spin: bool = False) -> ort.InferenceSession:
+                   spin: bool = False, rewrite: GraphRewrite | None = None
+                   ) -> ort.InferenceSession:
     """A CPU session for `model_path` with `threads` intra-op threads.
 
     With `cache_dir`, the optimized graph is saved there on first use and loaded from
     there afterwards (falls back to the original model if the cache is unwritable).
     `spin`: let idle intra-op threads busy-wait (off by default: workers share cores).
+    `rewrite`: applied to a file model first, where it applies (cached with it).
     `model_path` may also be a serialized model (bytes, built in memory: never cached).
     """
     ort = import_ort()
@@ -132,18 +164,21 @@ def create_session(model_path: str | os.PathLike[str] | bytes, *, threads: int =
     model = str(model_path)
     if not os.path.isfile(model):
         raise OnnxError(f"ONNX model not found: {model}", code="onnx_missing_model")
-    source = model
+    source: str | bytes = model
     if cache_dir is not None:
-        cached = cache_path_for(model, cache_dir)
-        if cached.is_file() or _write_cache(ort, model, cached, threads, inter_threads):
+        cached = cache_path_for(model, cache_dir, rewrite)
+        if cached.is_file() or _write_cache(ort, _rewritten(model, rewrite), cached, threads,
+                                            inter_threads):
             source = str(cached)
         log.debug("onnx_session_source", model=model, source=source)
+    if source == model:
+        source = _rewritten(model, rewrite)
     opts = _options(ort, threads, inter_threads, spin)
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     try:
         return _session(ort, source, opts)
     except OnnxError:
-        if source == model:
+        if not isinstance(source, str) or source == model:
             raise
         # A corrupt cache entry must not take the daemon down: drop it and load the original.
         log.warning("onnx_cache_corrupt", path=source)

@@ -25,6 +25,7 @@ from cosyvoiced.tts.errors import (
     UnknownSpeaker,
     UnknownVoice,
 )
+from cosyvoiced.tts.graph import DECODER_2D
 
 log = structlog.get_logger(__name__)
 
@@ -182,13 +183,13 @@ def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
             raise NoInt8Variant(f"no INT8 variant of {files.name!r} passed the quality gate "
                                 f"in {state_dir}; run tools/quantize.py on the voice first")
     try:
-        session = create_session(model, threads=threads, cache_dir=cache_dir)
+        session = create_session(model, threads=threads, cache_dir=cache_dir, rewrite=DECODER_2D)
     except OnnxError:
         if chosen == "fp32":
             raise
         log.warning("int8_variant_unloadable", voice=files.name, path=str(model))
         session, chosen = create_session(files.model_path, threads=threads,
-                                         cache_dir=cache_dir), "fp32"
+                                         cache_dir=cache_dir, rewrite=DECODER_2D), "fp32"
     language = str(raw.get("language", {}).get("code") or config.espeak_voice)
     log.info("voice_loaded", voice=files.name, precision=chosen, threads=threads)
     return Voice(files.name, config, session, chosen, language)
