@@ -165,8 +165,10 @@ def measure_rtf(models: dict[str, Path], id_lists: list[list[int]], rate_hz: int
     best of several runs is the run that was not preempted; a median there measures the
     neighbours' load as much as the model."""
     from cosyvoiced.onnx import create_session
+    from cosyvoiced.tts.graph import DECODER_2D
 
-    sessions = {k: create_session(p, threads=1) for k, p in models.items()}
+    # FP32 as voices run it at one thread (2-D decoder); QDQ variants are left as built.
+    sessions = {k: create_session(p, threads=1, rewrite=DECODER_2D) for k, p in models.items()}
     for s in sessions.values():  # warm-up
         s.run(None, feeds(id_lists[0], scales))
     best = {k: [float("inf")] * len(id_lists) for k in models}
