@@ -5,9 +5,11 @@ goes) computes on (N, C, T) tensors with 1-D Conv/ConvTranspose. The same convol
 over (N, C, 1, T) with kernels (1, k) are the same arithmetic, but ORT's CPU provider
 runs 2-D convs through its blocked NCHWc kernels, and 1-D ones through im2col + GEMM:
 on the bundled voice the whole model takes 0.85-0.87x the time at one intra-op thread
-(FP32, output equal to 2e-6), but 1.04x at two (voices use it at one thread only). The rewrite unsqueezes the decoder's inputs to rank 4, gives each conv a
-unit first spatial axis, and squeezes its output back; elementwise nodes are rank-blind
-as long as their constant operands are scalars, which is checked.
+(FP32, output equal to 2e-6), but 1.04x at two (voices use it at one thread only).
+
+The rewrite unsqueezes the decoder's inputs to rank 4, gives each conv a unit first
+spatial axis, and squeezes its outputs back; elementwise nodes are rank-blind as long as
+their constant operands are scalars, which is checked.
 """
 
 from __future__ import annotations
@@ -75,16 +77,16 @@ def decoder_as_2d(model: Any, prefix: str = DECODER) -> int:  # onnx.ModelProto
     # Each Unsqueeze right before the input's first reader, each Squeeze right after the
     # output's writer: the order stays topological.
     ordered, pending = [], dict(enumerate(outer_inputs))
-    dec = {id(n) for n in nodes}
     for n in list(graph.node):
-        if id(n) in dec:
+        in_dec = n.name.startswith(prefix)
+        if in_dec:
             for i, x in list(pending.items()):
                 if to_4d[x] in n.input:
                     ordered.append(helper.make_node("Unsqueeze", [x, axes], [to_4d[x]],
                                                     name=f"{prefix}as2d/Unsqueeze_{i}"))
                     del pending[i]
         ordered.append(n)
-        if id(n) in dec:
+        if in_dec:
             ordered += [helper.make_node("Squeeze", [to_4d[x], axes], [x],
                                          name=f"{prefix}as2d/Squeeze_{i}")
                         for i, x in enumerate(outer_outputs) if to_4d[x] in n.output]
