@@ -19,15 +19,8 @@ from cosyvoiced.workers.asrsched import AsrQueue, pick_work
 from cosyvoiced.workers.listenasr import ListenTap, MelPool
 from cosyvoiced.workers.listening import WorkerListening
 from cosyvoiced.workers.vadtick import VadTicker
+from tests.fakes.clock import Clock
 from tests.fakes.vad import FakeBatch, ListRing
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class FakeDecoder:

@@ -11,19 +11,12 @@ from cosyvoiced.config.schema import VadConfig
 from cosyvoiced.events import Transcript, VoiceStarted, VoiceStopped
 from cosyvoiced.workers.asrsched import AsrQueue
 from cosyvoiced.workers.listenasr import EARLY_MS, Confirm, ListenTap, MelPool, Provisional, Retract
+from tests.fakes.clock import Clock
 from tests.fakes.vad import ListRing
 
 CFG = VadConfig(start_ms=64, stop_ms=512, preroll_ms=256, max_utterance_s=10.0)
 WINDOW = 256
 SPEECH, QUIET = 0.9, 0.0
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class FakeDecoder:

@@ -16,15 +16,8 @@ from cosyvoiced.workers.asrsched import AsrQueue, AsrRunner
 from cosyvoiced.workers.listenasr import MelPool
 from cosyvoiced.workers.listening import WorkerListening
 from cosyvoiced.workers.vadtick import VadTicker
+from tests.fakes.clock import Clock
 from tests.fakes.vad import FakeBatch
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 100.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 class GatedDecoder:
