@@ -157,7 +157,8 @@ class AsrConfig:
     """Shortest encoder input in 10 ms frames (Whisper pads to 3000; shorter is faster:
     on the 563 Asterisk prompts 1200 gave 6.89 % WER in 0.38x the time of 2000's 6.86 %)."""
     max_batch: int = opt(8, min=1, max=64)
-    """Utterances decoded together in one call."""
+    """Utterances decoded together in one call. Memory follows it: under 6 to 30 concurrent
+    calls a worker peaked at 453 MB with 8, 337 MB with 1 (same reply latency there)."""
 
 
 @dataclass(frozen=True, kw_only=True)
