@@ -15,7 +15,7 @@ from cosyvoiced.config.schema import AsrConfig, VadConfig
 from cosyvoiced.workers.listenasr import MelPool
 from cosyvoiced.workers.listening import WorkerListening
 from cosyvoiced.workers.vadtick import VadTicker
-from tests.fakes.vad import FakeBatch
+from tests.fakes.vad import FakeBatch, ListRing
 
 
 class Ring:
@@ -76,21 +76,6 @@ def test_sighup_sends_live_asr_and_vad_keys_to_the_workers(daemon_factory, tmp_p
     assert d.wait() == 0
 
 
-class NanRing(Ring):
-    """Holds one window of NaN."""
-
-    def __init__(self, n: int) -> None:
-        self.left = n
-
-    def available(self) -> int:
-        return self.left
-
-    def read_into(self, out: np.ndarray) -> int:
-        n, self.left = min(self.left, len(out)), self.left - min(self.left, len(out))
-        out[:n] = np.nan
-        return n
-
-
 def test_close_logs_how_many_nan_samples_the_stream_sent():
     from structlog.testing import capture_logs
 
@@ -99,7 +84,7 @@ def test_close_logs_how_many_nan_samples_the_stream_sent():
                          VadTicker(lambda rate: FakeBatch(0.0), 0.0), lambda msg: None)
     wl.pool = MelPool(vad)
     wl.open("clean", 8000, Ring())
-    wl.open("bad", 8000, NanRing(256))
+    wl.open("bad", 8000, ListRing(np.full(256, np.nan, np.float32)))
     window = np.zeros(256, dtype=np.float32)
     assert wl.taps["bad"].read_into(window) == 256 and not np.isnan(window).any()
     with capture_logs() as logs:

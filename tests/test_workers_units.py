@@ -19,6 +19,7 @@ from cosyvoiced.workers.cpus import (
 from cosyvoiced.workers.errors import CpuConfigError, Overloaded
 from cosyvoiced.workers.sched import SayJob, TtsScheduler
 from cosyvoiced.workers.vadtick import VadGroup, VadTicker
+from tests.fakes.vad import ListRing
 
 # --- CPU lists ------------------------------------------------------------------------
 
@@ -217,20 +218,6 @@ class FakeBatch:
     def run(self, slots, windows: np.ndarray) -> np.ndarray:
         self.runs.append(len(slots))
         return windows.mean(axis=1) + np.asarray(slots) / 1000
-
-
-class ListRing:
-    def __init__(self, data: np.ndarray) -> None:
-        self.data, self.pos = data, 0
-
-    def available(self) -> int:
-        return self.data.shape[0] - self.pos
-
-    def read_into(self, out: np.ndarray) -> int:
-        n = min(out.shape[0], self.available())
-        out[:n] = self.data[self.pos:self.pos + n]
-        self.pos += n
-        return n
 
 
 def test_vad_group_runs_one_batch_per_round_and_keeps_streams_apart():
