@@ -30,8 +30,8 @@ lint: $(BIN)/.stamp-test
 # The suites, then the load ramp side by side with Piper's servers (medium profile: +2 streams
 # every 20 s, sized for small boxes), which rewrites the README's ramp section and docs/loadgen/.
 bench: $(BIN)/.stamp-test
-	for s in tts io streams features asr listen calls; do $(BIN)/python tools/bench.py $$s || true; done
-	$(BIN)/python tools/loadgen.py --start-daemon --profile medium --mix tts=2,call=1,wyoming=1 \
+	for s in tts io streams features asr listen calls; do $(BIN)/python -m tools.bench $$s || true; done
+	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --mix tts=2,call=1,wyoming=1 \
 		--idle-calls 60 --peers piper-http,wyoming-piper --nice -10 --readme
 
 $(VENV)/.stamp-system: Makefile

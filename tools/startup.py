@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Time from process start to READY=1 on a config: `tools/startup.py [-n 5] [--config F]`.
+"""Time from process start to READY=1 on a config: `python -m tools.startup [-n 5] [--config F]`.
 
 Runs the real daemon N times with a private notify socket and temp dirs, prints each
 time and the median.

@@ -13,10 +13,10 @@ import sys
 
 import structlog
 
-from . import __version__
-from .config import DEFAULT_CONFIG_PATH, ConfigError, dump_config, load_config
-from .log import setup_logging
-from .tts.cli import add_say_parser, run_say
+from cosyvoiced import __version__
+from cosyvoiced.config import DEFAULT_CONFIG_PATH, ConfigError, dump_config, load_config
+from cosyvoiced.runtime.log import setup_logging
+from cosyvoiced.tts.cli import add_say_parser, run_say
 
 EX_CONFIG = 78
 
@@ -64,7 +64,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             "bad_config", config=path, errors=[str(p) for p in exc.problems])
         return EX_CONFIG
     setup_logging(config.log.level, config.log.sink, config.log.journal_socket)
-    from .service import Daemon
+    from cosyvoiced.service import Daemon
 
     log = structlog.get_logger("cosyvoiced")
     try:

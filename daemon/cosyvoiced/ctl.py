@@ -13,7 +13,7 @@ from typing import Any
 
 import aiohttp
 
-from .config import ConfigError, load_config
+from cosyvoiced.config import ConfigError, load_config
 
 DEFAULT_SOCKET = "/run/cosyvoiced/control.sock"
 

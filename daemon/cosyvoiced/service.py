@@ -17,20 +17,20 @@ from typing import Any
 
 import structlog
 
-from . import __version__
-from .audiosocket.server import AudioSocketServer
-from .config import Config, ConfigError, changed_keys, load_config
-from .devices import Devices
-from .events import EventBus
-from .health import Health, Heartbeat
-from .http.server import HttpServer
-from .log import set_level
-from .metrics import Metrics
-from .notify import Notifier, Watchdog, watchdog_interval_s
-from .speech import PoolSpeech, Speech
-from .streams import Streams
-from .workers.pool import WorkerPool
-from .wyoming.server import WyomingServer
+from cosyvoiced import __version__
+from cosyvoiced.config import Config, ConfigError, changed_keys, load_config
+from cosyvoiced.listen.events import EventBus
+from cosyvoiced.runtime.health import Health, Heartbeat
+from cosyvoiced.runtime.log import set_level
+from cosyvoiced.runtime.metrics import Metrics
+from cosyvoiced.runtime.notify import Notifier, Watchdog, watchdog_interval_s
+from cosyvoiced.serve.audiosocket.server import AudioSocketServer
+from cosyvoiced.serve.devices import Devices
+from cosyvoiced.serve.http.server import HttpServer
+from cosyvoiced.serve.speech import PoolSpeech, Speech
+from cosyvoiced.serve.streams import Streams
+from cosyvoiced.serve.wyoming.server import WyomingServer
+from cosyvoiced.workers.pool.pool import WorkerPool
 
 log = structlog.get_logger(__name__)
 

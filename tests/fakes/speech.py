@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 
 import numpy as np
 
-from cosyvoiced.events import Transcript, VoiceStarted, VoiceStopped
-from cosyvoiced.speech import ListenEvent, Overloaded, VoiceMeta
+from cosyvoiced.listen.events import Transcript, VoiceStarted, VoiceStopped
+from cosyvoiced.serve.speech import ListenEvent, Overloaded, VoiceMeta
 from cosyvoiced.tts.errors import UnknownVoice
 from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text
 

@@ -1,6 +1,6 @@
 """Configuration: one schema (`schema`), one strict loader (`loader`)."""
 
-from .loader import (
+from cosyvoiced.config.loader import (
     DEFAULT_CONFIG_PATH,
     ConfigError,
     ConfigProblem,
@@ -8,7 +8,7 @@ from .loader import (
     dump_config,
     load_config,
 )
-from .schema import Config
+from cosyvoiced.config.schema import Config
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import tomli_w
 
-from .schema import Config
+from cosyvoiced.config.schema import Config
 
 DEFAULT_CONFIG_PATH = "/etc/cosyvoiced/cosyvoiced.toml"
 
@@ -70,9 +70,9 @@ def load_config(path: str | os.PathLike[str] | None, overrides: typing.Sequence[
     where = _Where(source, lines, overridden)
     config = _build(Config, data, "", where, problems)
     if not problems:  # cross-field checks, owned by the sections' stages
-        from cosyvoiced.http.server import config_problems as api_problems
-        from cosyvoiced.vad import config_problems as vad_problems
-        from cosyvoiced.workers.cpus import config_problems as worker_problems
+        from cosyvoiced.listen.vad import config_problems as vad_problems
+        from cosyvoiced.serve.http.server import config_problems as api_problems
+        from cosyvoiced.workers.pool.cpus import config_problems as worker_problems
 
         for check in (worker_problems, api_problems, vad_problems):
             problems += [where.problem(key, msg) for key, msg in check(config)]

@@ -98,7 +98,7 @@ class TtsConfig:
     voices_dirs: tuple[str, ...] = opt((), live=True, must_exist="dir")
     """Extra directories searched for NAME.onnx + NAME.onnx.json voices."""
     precision: Literal["fp32", "int8", "auto"] = opt("auto", live=True)
-    """auto: the INT8 variant kept by tools/quantize.py if it passed its quality gate."""
+    """auto: the INT8 variant kept by tools/quantize/ if it passed its quality gate."""
     max_chars: int = opt(5000, min=1, max=1_000_000, live=True)
     """Longest text accepted in one request."""
     rate_hz: Literal[0, 8000, 16000, 22050, 24000, 48000] = opt(0, live=True)

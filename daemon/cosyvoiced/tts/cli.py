@@ -17,8 +17,8 @@ from typing import Any, BinaryIO
 import structlog
 
 from cosyvoiced.config.schema import Config
-from cosyvoiced.log import setup_logging
-from cosyvoiced.onnx import OnnxError
+from cosyvoiced.runtime.log import setup_logging
+from cosyvoiced.runtime.onnx import OnnxError
 from cosyvoiced.tts.errors import TtsError
 from cosyvoiced.tts.request import FORMATS, SynthesisOptions
 from cosyvoiced.tts.synth import TtsEngine

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from cosyvoiced.onnx import GraphRewrite
+from cosyvoiced.runtime.onnx import GraphRewrite
 
 DECODER = "/dec/"
 _CONVS = ("Conv", "ConvTranspose")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from cosyvoiced.normalize.segments import Pause, Phonemes, Segment, Speech
+from cosyvoiced.tts.normalize.segments import Pause, Phonemes, Segment, Speech
 
 SENTENCE_RE = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
 CLAUSE_RE = re.compile(r"(?<=[,;:])\s+")

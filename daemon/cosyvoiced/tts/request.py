@@ -8,7 +8,7 @@ from typing import Literal
 
 import numpy as np
 
-from cosyvoiced.resample import SUPPORTED_RATES_HZ
+from cosyvoiced.audio.resample import SUPPORTED_RATES_HZ
 from cosyvoiced.tts.errors import (
     BadParameter,
     ControlCharacters,

@@ -13,13 +13,13 @@ from collections.abc import Iterator
 import numpy as np
 import structlog
 
-from cosyvoiced.codec import f32_to_s16, mulaw_encode
+from cosyvoiced.audio.codec import f32_to_s16, mulaw_encode
+from cosyvoiced.audio.resample import StreamResampler
 from cosyvoiced.config.schema import TtsConfig
-from cosyvoiced.normalize import Segment, plain_segments
-from cosyvoiced.normalize.ssml import parse_ssml
-from cosyvoiced.onnx import run as onnx_run
-from cosyvoiced.resample import StreamResampler
+from cosyvoiced.runtime.onnx import run as onnx_run
 from cosyvoiced.tts.errors import EmptyText
+from cosyvoiced.tts.normalize import Segment, plain_segments
+from cosyvoiced.tts.normalize.ssml import parse_ssml
 from cosyvoiced.tts.phonemize import raw_phonemes, text_to_ids, to_ids
 from cosyvoiced.tts.plan import Clause, PlanLimits, plan
 from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text

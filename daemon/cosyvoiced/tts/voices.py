@@ -1,7 +1,7 @@
 """Piper voices: where they are, which INT8 variant is kept, and loading them.
 
 A voice is `NAME.onnx` + `NAME.onnx.json` in a configured voices directory, or the
-bundled `en_US-joe-medium`. tools/quantize.py keeps an INT8 variant that passed its
+bundled `en_US-joe-medium`. tools/quantize/ keeps an INT8 variant that passed its
 quality gate under `STATE_DIR/voices/NAME/` with a `manifest.json`; precision "auto"
 uses it when the manifest says it passed and was built from this very model file.
 """
@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 from piper.config import PiperConfig
 
-from cosyvoiced.onnx import OnnxError, create_session, file_sha256
+from cosyvoiced.runtime.onnx import OnnxError, create_session, file_sha256
 from cosyvoiced.tts.errors import (
     BadParameter,
     InvalidVoiceName,
@@ -111,7 +111,7 @@ def variant_dir(state_dir: str | Path, name: str) -> Path:
 
 
 def kept_int8(files: VoiceFiles, state_dir: str | Path | None) -> Int8Variant | None:
-    """The INT8 variant kept by tools/quantize.py for this model, if it passed the gate."""
+    """The INT8 variant kept by tools/quantize/ for this model, if it passed the gate."""
     if state_dir is None:
         return None
     folder = variant_dir(state_dir, files.name)
@@ -181,7 +181,7 @@ def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
             model, chosen = variant.model_path, "int8"
         elif precision == "int8":
             raise NoInt8Variant(f"no INT8 variant of {files.name!r} passed the quality gate "
-                                f"in {state_dir}; run tools/quantize.py on the voice first")
+                                f"in {state_dir}; run `python -m tools.quantize` on the voice first")
     # 2-D decoder: 0.85-0.87x the time at one intra-op thread, 1.04x at two (measured).
     rewrite = DECODER_2D if threads == 1 else None
     try:

@@ -1,0 +1,1 @@
+"""Audio building blocks: shared-memory rings, sample buffers, codecs, resampling, ALSA."""

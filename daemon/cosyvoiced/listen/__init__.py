@@ -1,0 +1,1 @@
+"""Listen: log-mel features, Silero VAD, Whisper ASR and the events they raise."""

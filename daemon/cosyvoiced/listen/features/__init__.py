@@ -1,0 +1,1 @@
+"""Log-mel features: the spec, the filterbank, the streaming extractor."""

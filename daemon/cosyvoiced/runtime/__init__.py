@@ -1,0 +1,1 @@
+"""Process plumbing: logging, systemd notification, health, metrics, real-time priority, the ONNX session factory."""

@@ -1,0 +1,141 @@
+"""AudioSocket server: accepts calls, keeps the registry, owns the shared 20 ms clock.
+
+One clock for all calls (not a timer per call, `clock.py`): each tick sends at most one
+frame per call, scheduled on absolute deadlines so it does not drift.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import structlog
+
+from cosyvoiced.config.schema import AudioSocketConfig
+from cosyvoiced.listen.events import EventBus
+from cosyvoiced.runtime.metrics import Metrics
+from cosyvoiced.serve.audiosocket.call import FRAME_SAMPLES, RATE_HZ, Call
+from cosyvoiced.serve.audiosocket.clock import CallClock
+from cosyvoiced.serve.audiosocket.frames import CallId, Frame, FrameParser, Hangup, Kind
+from cosyvoiced.serve.speech import Speech, Unavailable
+from cosyvoiced.serve.streams import Refused, Streams
+
+log = structlog.get_logger(__name__)
+
+TICK_S = FRAME_SAMPLES / RATE_HZ
+ACCEPTED_KINDS = frozenset({Kind.HANGUP, Kind.UUID, Kind.DTMF, Kind.SLIN, Kind.ERROR})
+
+
+class UnknownCall(Exception):
+    code = "unknown_call"
+
+
+class AudioSocketServer:
+    def __init__(self, speech: Speech, streams: Streams, bus: EventBus, metrics: Metrics,
+                 config: AudioSocketConfig) -> None:
+        self.speech = speech
+        self.streams = streams
+        self.bus = bus
+        self.metrics = metrics
+        self.config = config
+        self.calls: dict[str, Call] = {}
+        self.bound = ""
+        self.clock = CallClock(TICK_S, metrics, config.rt_priority)
+        self._server: asyncio.base_events.Server | None = None
+        self._handlers: set[asyncio.Task[None]] = set()
+
+    def call(self, call_id: str) -> Call:
+        try:
+            return self.calls[call_id]
+        except KeyError:
+            raise UnknownCall(f"no active call {call_id!r}") from None
+
+    async def start(self) -> None:
+        host, _, port = self.config.listen.rpartition(":")
+        self._server = await asyncio.start_server(self._accept, host.strip("[]"), int(port))
+        self.bound = f"{host}:{self._server.sockets[0].getsockname()[1]}"
+        self.clock.start()
+        log.info("audiosocket_listening", listen=self.bound)
+
+    async def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.close()
+        for call in list(self.calls.values()):
+            call.end("shutdown")
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        self.clock.stop()
+        await self._server.wait_closed()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
+            await self._serve(reader, writer)
+        except asyncio.CancelledError:
+            pass  # server stopping: end quietly (asyncio logs a cancelled client task)
+        finally:
+            self._handlers.discard(task)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        parser = FrameParser(max_payload_bytes=4096, accepted_kinds=ACCEPTED_KINDS)
+        call_id, early = await self._first_frame(reader, parser, peer)
+        if call_id is None:
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                writer.write(Hangup().encode())
+            writer.close()
+            return
+        try:
+            self.streams.open("call", call_id)
+            try:
+                listening = await self.speech.listen(RATE_HZ, call_id)
+            except BaseException:
+                self.streams.close(call_id)
+                raise
+        except (Refused, Unavailable) as exc:
+            self.metrics.refused.labels(exc.code).inc()
+            log.warning("call_refused", call_id=call_id, code=exc.code, reason=str(exc))
+            writer.write(Hangup().encode())
+            writer.close()
+            return
+        try:
+            call = Call(call_id, reader, writer, parser, self.speech, listening, self.config,
+                        self.bus, self.metrics)
+            self.calls[call_id] = call
+            self.clock.add(call)
+            try:
+                await call.run(early)
+            finally:
+                self.clock.remove(call)
+                self.calls.pop(call_id, None)
+        finally:
+            self.streams.close(call_id)
+
+    async def _first_frame(self, reader: asyncio.StreamReader, parser: FrameParser,
+                           peer: object) -> tuple[str | None, list[Frame]]:
+        """The call's UUID and any frames read with it; None (logged) if the peer does not
+        start with a UUID frame."""
+        try:
+            async with asyncio.timeout(self.config.first_frame_timeout_s):
+                while True:
+                    data = await reader.read(4096)
+                    if not data:
+                        log.info("audiosocket_no_call", peer=str(peer), reason="closed")
+                        return None, []
+                    frames = parser.feed(data)
+                    if frames:
+                        break
+                    if parser.error is not None:
+                        break
+        except TimeoutError:
+            log.warning("audiosocket_no_call", peer=str(peer), reason="no_uuid_frame")
+            return None, []
+        except ConnectionError:
+            return None, []
+        if not frames or not isinstance(frames[0], CallId):
+            reason = parser.error.code if parser.error else f"first frame {frames[0]!r}"
+            log.warning("audiosocket_no_call", peer=str(peer), reason=reason)
+            return None, []
+        return str(frames[0].id), frames[1:]

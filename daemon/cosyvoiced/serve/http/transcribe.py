@@ -1,0 +1,256 @@
+"""Listening routes: `/v1/transcribe` (upload), `/v1/events` (server-sent events) and
+`/v1/stream` (WebSocket: PCM in, events out; text in, speech out on the same socket).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import time
+import wave
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import structlog
+from aiohttp import WSMsgType, web
+
+from cosyvoiced.audio.codec import s16_to_f32
+from cosyvoiced.audio.resample import SUPPORTED_RATES_HZ, StreamResampler
+from cosyvoiced.listen.events import EventBus, Transcript, VoiceStarted, VoiceStopped
+from cosyvoiced.serve.http.errors import ApiError
+from cosyvoiced.serve.speech import Listening, Speech, Synthesis, Unavailable
+from cosyvoiced.serve.streams import Refused, Streams
+from cosyvoiced.tts.errors import TtsError
+from cosyvoiced.tts.request import SynthesisOptions
+
+log = structlog.get_logger(__name__)
+
+LISTEN_RATES_HZ = (8000, 16000)
+MAX_UPLOAD_BYTES = 64 * 1024 * 1024
+
+
+def pcm16_to_f32(data: bytes) -> np.ndarray:
+    pcm = np.frombuffer(data, dtype="<i2").astype(np.int16, copy=False)
+    return s16_to_f32(pcm, np.empty(pcm.shape, dtype=np.float32))
+
+
+def decode_upload(body: bytes, content_type: str, rate_param: str | None) -> tuple[np.ndarray,
+                                                                                   int]:
+    """A WAV file (16-bit mono) or raw s16le PCM (rate from `?rate_hz=`) -> samples, rate."""
+    if not body:
+        raise ApiError(400, "empty_audio", "the upload is empty")
+    if content_type in ("audio/wav", "audio/x-wav", "audio/wave") or body[:4] == b"RIFF":
+        try:
+            with wave.open(io.BytesIO(body)) as w:
+                if w.getsampwidth() != 2 or w.getnchannels() != 1:
+                    raise ApiError(415, "unsupported_audio",
+                                   f"need 16-bit mono WAV, got {8 * w.getsampwidth()}-bit "
+                                   f"{w.getnchannels()}-channel")
+                rate = w.getframerate()
+                data = w.readframes(w.getnframes())
+        except (wave.Error, EOFError) as exc:
+            raise ApiError(400, "bad_wav", f"not a readable WAV file: {exc}") from None
+    elif content_type in ("application/octet-stream", "audio/l16", "audio/pcm"):
+        try:
+            rate = int(rate_param or "16000")
+        except ValueError:
+            raise ApiError(400, "bad_parameter", "rate_hz must be an integer") from None
+        data = body
+    else:
+        raise ApiError(415, "unsupported_media_type",
+                       "send audio/wav, or raw s16le PCM as application/octet-stream "
+                       "with ?rate_hz=")
+    if rate not in SUPPORTED_RATES_HZ:
+        raise ApiError(400, "unsupported_rate", f"rate {rate} Hz; supported: "
+                       f"{', '.join(map(str, SUPPORTED_RATES_HZ))}")
+    if len(data) % 2:
+        raise ApiError(400, "bad_audio", "PCM byte count must be even (16-bit samples)")
+    return pcm16_to_f32(data), rate
+
+
+@dataclass(frozen=True)
+class ListenRoutes:
+    speech: Speech
+    streams: Streams
+    bus: EventBus
+
+    def add_to(self, app: web.Application) -> None:
+        app.router.add_post("/v1/transcribe", self.transcribe)
+        app.router.add_get("/v1/events", self.events)
+        app.router.add_get("/v1/stream", self.stream)
+
+    async def _listen(self, rate_hz: int, kind: str) -> tuple[Listening, str]:
+        try:
+            info = self.streams.open(kind)
+        except Refused as exc:
+            raise ApiError(503, exc.code, str(exc)) from None
+        try:
+            return await self.speech.listen(rate_hz, info.id), info.id
+        except Unavailable as exc:
+            self.streams.close(info.id)
+            raise ApiError(503, exc.code, str(exc)) from None
+        except BaseException:
+            self.streams.close(info.id)
+            raise
+
+    async def transcribe(self, request: web.Request) -> web.Response:
+        t0 = time.monotonic()
+        samples, rate = decode_upload(await request.read(), request.content_type,
+                                      request.query.get("rate_hz"))
+        listen_rate = rate if rate in LISTEN_RATES_HZ else 16000
+        if listen_rate != rate:
+            rs = StreamResampler(rate, listen_rate)
+            samples = np.concatenate([rs.process(samples), rs.flush()])
+        listening, stream_id = await self._listen(listen_rate, "transcribe")
+        try:
+            listening.feed(samples)
+            finals = await listening.close()
+        finally:
+            self.streams.close(stream_id)
+        segments = [{"text": t.text.strip(), "start_ms": t.start_ms, "end_ms": t.end_ms,
+                     "latency_ms": t.latency_ms, "rtf": t.rtf} for t in finals]
+        took_ms = (time.monotonic() - t0) * 1000
+        return web.json_response({
+            "text": " ".join(s["text"] for s in segments if s["text"]),
+            "segments": segments,
+            "duration_s": round(len(samples) / listen_rate, 3),
+            "processing_ms": round(took_ms, 1),
+            "stream_id": stream_id,
+        })
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        want_stream = request.query.get("stream") or request.query.get("call")
+        sub = self.bus.subscribe(maxsize=1024)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
+                                               "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        try:
+            await response.write(b": connected\n\n")
+            while True:
+                try:
+                    event = await asyncio.wait_for(sub.get(), 15.0)
+                except TimeoutError:
+                    await response.write(b": keep-alive\n\n")
+                    continue
+                if want_stream and event.stream != want_stream:
+                    continue
+                data = json.dumps(event.to_dict())
+                await response.write(f"event: {event.type}\ndata: {data}\n\n".encode())
+        except (ConnectionError, EOFError):
+            pass
+        finally:
+            sub.close()
+        return response
+
+    async def stream(self, request: web.Request) -> web.WebSocketResponse:
+        """WebSocket duplex: binary s16le mono in at `?rate_hz=` (8000/16000) -> JSON events
+        out; JSON `{"type": "say", "text": ...}` in -> binary s16le audio out at
+        `?out_rate_hz=`; `{"type": "stop"}` flushes what is being spoken; `{"type": "end"}`
+        transcribes what is still open, sends it, then `{"type": "ended"}` and closes."""
+        try:
+            rate = int(request.query.get("rate_hz", "16000"))
+            out_rate = int(request.query.get("out_rate_hz", "16000"))
+        except ValueError:
+            raise ApiError(400, "bad_parameter", "rate_hz/out_rate_hz must be integers") from None
+        if rate not in LISTEN_RATES_HZ or out_rate not in SUPPORTED_RATES_HZ:
+            raise ApiError(400, "unsupported_rate", f"rate_hz must be one of {LISTEN_RATES_HZ}")
+        listening, stream_id = await self._listen(rate, "ws")
+        ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=1 << 20)
+        await ws.prepare(request)
+        session = _WsSession(ws, self.speech, stream_id, out_rate)
+        forward = asyncio.create_task(session.forward_events(listening))
+        try:
+            await ws.send_json({"type": "ready", "stream": stream_id, "rate_hz": rate,
+                                "out_rate_hz": out_rate})
+            async for msg in ws:
+                if msg.type == WSMsgType.BINARY:
+                    if len(msg.data) % 2:
+                        await ws.send_json(_err("bad_audio", "odd byte count"))
+                        continue
+                    listening.feed(pcm16_to_f32(msg.data))
+                elif msg.type == WSMsgType.TEXT:
+                    if await session.command(msg.data) == "end":
+                        break
+        finally:
+            session.stop_speaking()
+            finals = await listening.close()
+            forward.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await forward
+            with contextlib.suppress(ConnectionError, RuntimeError):
+                for t in finals:  # the open utterance's, unless already sent as an event
+                    if t not in session.sent:
+                        await ws.send_json(t.to_dict())
+                await ws.send_json({"type": "ended"})
+            self.streams.close(stream_id)
+            await ws.close()
+        return ws
+
+
+def _err(code: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"code": code, "message": message}}
+
+
+class _WsSession:
+    def __init__(self, ws: web.WebSocketResponse, speech: Speech, stream_id: str,
+                 out_rate_hz: int) -> None:
+        self.ws = ws
+        self.speech = speech
+        self.stream_id = stream_id
+        self.out_rate_hz = out_rate_hz
+        self._speaking: tuple[Synthesis, asyncio.Task[None]] | None = None
+        self.sent: set[Transcript] = set()
+        """Transcripts already sent as events (close must not send them twice)."""
+
+    async def forward_events(self, listening: Listening) -> None:
+        async for ev in listening.events():
+            if isinstance(ev, VoiceStarted | VoiceStopped | Transcript):
+                await self.ws.send_json(ev.to_dict())
+                if isinstance(ev, Transcript):
+                    self.sent.add(ev)
+
+    async def command(self, raw: str) -> str:
+        """Run one text command; returns its type ("" if it was malformed)."""
+        try:
+            cmd = json.loads(raw)
+            kind = cmd["type"]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            await self.ws.send_json(_err("bad_json",
+                                         'expected {"type": "say"|"stop"|"end", ...}'))
+            return ""
+        if kind == "end":
+            return kind
+        if kind == "stop":
+            self.stop_speaking()
+            await self.ws.send_json({"type": "stopped"})
+        elif kind == "say":
+            self.stop_speaking()
+            options = SynthesisOptions(voice=cmd.get("voice"), rate_hz=self.out_rate_hz,
+                                       format="s16le")
+            try:
+                synthesis = await self.speech.synthesize(cmd.get("text", ""), options,
+                                                         self.stream_id)
+            except (TtsError, Unavailable) as exc:
+                await self.ws.send_json(_err(exc.code, str(exc)))
+                return kind
+            task = asyncio.create_task(self._speak(synthesis))
+            self._speaking = (synthesis, task)
+        else:
+            await self.ws.send_json(_err("unknown_command", f"unknown type {kind!r}"))
+        return kind
+
+    async def _speak(self, synthesis: Synthesis) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            async for chunk in synthesis:
+                await self.ws.send_bytes(chunk.data)
+            await self.ws.send_json({"type": "spoken"})
+
+    def stop_speaking(self) -> None:
+        if self._speaking is not None:
+            synthesis, task = self._speaking
+            synthesis.cancel()
+            task.cancel()
+            self._speaking = None

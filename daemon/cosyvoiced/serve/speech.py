@@ -1,0 +1,268 @@
+"""What the servers (HTTP, AudioSocket, Wyoming) may ask of the inference side, and
+`PoolSpeech`, which answers it with the worker pool.
+
+Errors are typed: `TtsError` subclasses for bad requests (checked here, before any
+audio, so a server can still answer 400), `Unavailable` (the workers' error base:
+`Overloaded`, a lost worker, a stopped pool) when it cannot be served now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Protocol
+
+import numpy as np
+import structlog
+
+from cosyvoiced.config.schema import Config
+from cosyvoiced.listen.events import Transcript, VoiceStarted, VoiceStopped
+from cosyvoiced.tts.normalize.ssml import parse_ssml
+from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text
+from cosyvoiced.tts.synth import encode
+from cosyvoiced.tts.voices import VoiceMeta, describe, discover, find_voice
+from cosyvoiced.workers import messages as m
+from cosyvoiced.workers.errors import Overloaded, WorkerError
+from cosyvoiced.workers.pool.handles import ListenHandle, TtsHandle
+from cosyvoiced.workers.pool.pool import WorkerPool
+
+log = structlog.get_logger(__name__)
+
+Unavailable = WorkerError
+__all__ = ["Listening", "Overloaded", "PoolSpeech", "Speech", "Synthesis", "Unavailable",
+           "VoiceMeta"]
+
+ListenEvent = VoiceStarted | VoiceStopped | Transcript
+POLL_S = 0.01
+"""How often a consumer looks at its ring while audio is still coming."""
+READ_CHUNK_S = 0.25
+"""Most audio one read of a playback ring takes: a buffer this size per request, not the
+ring's (several seconds, touched page by page as it fills: memory per stream)."""
+CLOSE_TIMEOUT_S = 30.0
+
+
+class Synthesis(Protocol):
+    """One admitted synthesis: iterate for its chunks; cancel to drop what is queued."""
+
+    rate_hz: int
+
+    def __aiter__(self) -> AsyncIterator[AudioChunk]: ...
+
+    def cancel(self) -> None: ...
+
+
+class Listening(Protocol):
+    """One admitted listening stream: feed audio, read events, close to flush."""
+
+    rate_hz: int
+    dropped: int
+    """Samples dropped because the stream's capture ring was full."""
+
+    def feed(self, samples: np.ndarray) -> None:
+        """Queue float32 mono samples at `rate_hz`; never blocks."""
+
+    def events(self) -> AsyncIterator[ListenEvent]: ...
+
+    async def close(self) -> list[Transcript]:
+        """End the stream; a pending utterance is transcribed and returned."""
+
+
+class Speech(Protocol):
+    def voices(self) -> list[VoiceMeta]: ...
+
+    def asr_model(self) -> str | None:
+        """Name of the ASR model, or None when ASR is off."""
+
+    async def synthesize(self, text: str | bytes, options: SynthesisOptions,
+                         stream_id: str) -> Synthesis:
+        """Check and admit a request (typed errors here), then stream its audio."""
+
+    async def listen(self, rate_hz: int, stream_id: str) -> Listening:
+        """Admit a listening stream at `rate_hz` (8000 or 16000)."""
+
+
+# --- the worker pool behind the interface -----------------------------------------
+
+
+class PoolSynthesis:
+    """Reads one request's audio from its stream's playback ring as the worker writes it."""
+
+    def __init__(self, handle: TtsHandle, request_id: int, fmt: str) -> None:
+        self.handle = handle
+        self.request_id = request_id
+        self.rate_hz = handle.rate_hz
+        self.format = fmt
+        self._cancelled = False
+        self._buf = np.empty(min(handle.ring.capacity_frames, int(READ_CHUNK_S * self.rate_hz)),
+                             dtype=np.float32)
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        with contextlib.suppress(WorkerError):
+            asyncio.get_running_loop().create_task(self.handle.cancel())
+
+    async def __aiter__(self) -> AsyncIterator[AudioChunk]:
+        handle, ring = self.handle, self.handle.ring
+        done: m.SayDone | None = None
+        index = 0
+        try:
+            while not self._cancelled:
+                while done is None and not handle.events.empty():
+                    msg = handle.events.get_nowait()
+                    if isinstance(msg, m.StreamError) and msg.request_id in (self.request_id,
+                                                                            -1):
+                        raise WorkerError(msg.message, code=msg.code)
+                    if isinstance(msg, m.SayDone) and msg.request_id == self.request_id:
+                        done = msg
+                n = ring.read_into(self._buf)
+                if n:
+                    audio = self._buf[:n].copy()
+                    last = done is not None and ring.available() == 0
+                    yield AudioChunk(audio, encode(audio, self.format), self.rate_hz,
+                                     self.format, index, "", last)
+                    index += 1
+                    if last:
+                        return
+                elif done is not None:
+                    return
+                else:
+                    await asyncio.sleep(POLL_S)
+        finally:
+            await handle.close()
+
+
+class PoolListening:
+    """Feeds a listen stream's capture ring and relays its events (the pool itself
+    publishes them on the daemon's event bus).
+
+    Audio that does not fit in the ring now (an upload, a client sending faster than
+    real time, a worker behind) is kept in order and pumped in as the worker reads;
+    frames are dropped (and counted) only once `BACKLOG_MAX_S` is held, except a single
+    feed of `BULK_S` or more (an upload), which is always kept whole."""
+
+    BULK_S = 0.25
+    BACKLOG_MAX_S = 30.0
+
+    def __init__(self, handle: ListenHandle) -> None:
+        self.handle = handle
+        self.rate_hz = handle.rate_hz
+        self.dropped = 0
+        self._events: asyncio.Queue[ListenEvent | None] = asyncio.Queue()
+        self._finals: list[Transcript] = []
+        self._returned = 0
+        self._backlog: deque[np.ndarray] = deque()
+        self._backlog_n = 0
+        self._pump: asyncio.Task[None] | None = None
+        self._relay = asyncio.create_task(self._run_relay())
+
+    def feed(self, samples: np.ndarray) -> None:
+        if samples.dtype != np.float32:
+            samples = samples.astype(np.float32)
+        n = samples.shape[0]
+        if not n:
+            return
+        if not self._backlog and self.handle.ring.write(samples):
+            return
+        if n >= self.BULK_S * self.rate_hz or self._backlog_n < self.BACKLOG_MAX_S * self.rate_hz:
+            self._backlog.append(samples)
+            self._backlog_n += n
+            if self._pump is None or self._pump.done():
+                self._pump = asyncio.create_task(self._run_pump())
+        else:
+            self.dropped += n
+
+    async def _run_pump(self) -> None:
+        ring = self.handle.ring
+        while self._backlog:
+            head = self._backlog[0]
+            take = min(head.shape[0], ring.room())
+            if take and ring.write(head[:take]):
+                self._backlog_n -= take
+                if take == head.shape[0]:
+                    self._backlog.popleft()
+                else:
+                    self._backlog[0] = head[take:]
+            else:
+                await asyncio.sleep(POLL_S)
+
+    def _relay_one(self, msg: object) -> None:
+        if isinstance(msg, m.ListenEvent):
+            ev = msg.event
+            if isinstance(ev, Transcript):
+                self._finals.append(ev)
+            self._events.put_nowait(ev)
+        elif isinstance(msg, m.StreamError):
+            log.warning("listen_stream_error", stream_id=self.handle.stream_id,
+                        code=msg.code, error=msg.message)
+
+    async def _run_relay(self) -> None:
+        while True:
+            self._relay_one(await self.handle.events.get())
+
+    async def events(self) -> AsyncIterator[ListenEvent]:
+        while (ev := await self._events.get()) is not None:
+            yield ev
+
+    async def close(self) -> list[Transcript]:
+        """End the stream: the worker reads what is left (an upload still being pumped
+        included), ends an open utterance and transcribes it, then acknowledges. Returns
+        the transcripts that arrived since the last `close()` returned."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CLOSE_TIMEOUT_S
+        while self._backlog and not self.handle.closed and loop.time() < deadline:
+            await asyncio.sleep(POLL_S)
+        if self._pump is not None:
+            self._pump.cancel()
+        was_open = not self.handle.closed  # else the pool closed it (shutdown, lost worker)
+        if not await self.handle.flush_close(max(0.1, deadline - loop.time())) and was_open:
+            log.warning("listen_close_unacknowledged", stream_id=self.handle.stream_id)
+        self._relay.cancel()
+        while not self.handle.events.empty():  # what came before the ack, in order
+            self._relay_one(self.handle.events.get_nowait())
+        out = self._finals[self._returned:]
+        self._returned = len(self._finals)
+        return out
+
+
+class PoolSpeech:
+    def __init__(self, pool: WorkerPool, config: Config) -> None:
+        self.pool = pool
+        self.config = config
+
+    def voices(self) -> list[VoiceMeta]:
+        return [describe(f) for f in discover(self.config.tts.voices_dirs).values()]
+
+    def asr_model(self) -> str | None:
+        return "whisper-tiny.en" if self.config.asr.enabled else None
+
+    async def synthesize(self, text: str | bytes, options: SynthesisOptions,
+                         stream_id: str) -> PoolSynthesis:
+        options.check()
+        text = check_text(text, self.config.tts.max_chars)
+        meta = describe(find_voice(options.voice or self.config.tts.voice,
+                                   self.config.tts.voices_dirs))
+        if options.ssml:
+            parse_ssml(text, meta.language)  # malformed SSML: a 400 before any audio
+        rate = options.rate_hz or self.config.tts.rate_hz or meta.sample_rate_hz
+        fmt = options.format or self.config.tts.format
+        handle = await self.pool.open_tts_stream(rate, stream_id=_unique(stream_id))
+        try:
+            request_id = await handle.say(text, options)
+        except BaseException:
+            await handle.close()
+            raise
+        return PoolSynthesis(handle, request_id, fmt)
+
+    async def listen(self, rate_hz: int, stream_id: str) -> PoolListening:
+        handle = await self.pool.open_listen_stream(rate_hz, stream_id=stream_id)
+        return PoolListening(handle)
+
+
+_serial = iter(range(1, 1 << 62))
+
+
+def _unique(stream_id: str) -> str:
+    """Worker stream ids are per request (a call speaks many times)."""
+    return f"{stream_id}/{next(_serial)}"

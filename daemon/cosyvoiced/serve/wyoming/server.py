@@ -1,0 +1,310 @@
+"""Wyoming server: describe, synthesize (plain and streaming), transcribe, VAD events.
+
+One task per connection and no shared lock, so clients are served in parallel. A
+malformed event ends only that connection, after an `error` event with a code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from typing import Any
+
+import numpy as np
+import structlog
+from wyoming.asr import Transcribe, Transcript
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.error import Error
+from wyoming.event import Event, async_write_event
+from wyoming.info import (
+    AsrModel,
+    AsrProgram,
+    Attribution,
+    Describe,
+    Info,
+    TtsProgram,
+    TtsVoice,
+    TtsVoiceSpeaker,
+)
+from wyoming.ping import Ping, Pong
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+)
+from wyoming.vad import VoiceStarted, VoiceStopped
+
+from cosyvoiced import __version__
+from cosyvoiced.audio.codec import s16_to_f32
+from cosyvoiced.audio.resample import StreamResampler
+from cosyvoiced.listen.events import Transcript as TranscriptEvent
+from cosyvoiced.listen.events import VoiceStarted as VoiceStartedEvent
+from cosyvoiced.listen.events import VoiceStopped as VoiceStoppedEvent
+from cosyvoiced.serve.speech import Listening, Speech, Unavailable
+from cosyvoiced.serve.streams import Refused, Streams
+from cosyvoiced.serve.wyoming.wire import MAX_LINE_BYTES, WyomingProtocolError, read_event
+from cosyvoiced.tts.errors import TtsError
+from cosyvoiced.tts.request import SynthesisOptions
+
+log = structlog.get_logger(__name__)
+
+ATTRIBUTION = Attribution(name="cosyvoiced", url="file:/usr/share/doc/cosyvoiced/README.md")
+SAMPLES_PER_EVENT = 2048
+LISTEN_RATES_HZ = (8000, 16000)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+class ClientError(Exception):
+    """A well-formed request we cannot serve; the client gets an error event."""
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+class Connection:
+    """The state of one Wyoming client."""
+
+    def __init__(self, speech: Speech, streams: Streams, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, name: str) -> None:
+        self.speech = speech
+        self.streams = streams
+        self.reader = reader
+        self.writer = writer
+        self.name = name
+        self._stream_text: list[str] | None = None
+        self._stream_options = SynthesisOptions(format="s16le")
+        self._listening: Listening | None = None
+        self._resampler: StreamResampler | None = None
+        self._forward: asyncio.Task[None] | None = None
+
+    async def write(self, event: Event) -> None:
+        await async_write_event(event, self.writer)
+
+    async def run(self) -> None:
+        try:
+            while (event := await read_event(self.reader)) is not None:
+                try:
+                    await self.handle(event)
+                except (ClientError, TtsError, Refused) as exc:
+                    await self.write(Error(text=str(exc), code=exc.code).event())
+                except Unavailable as exc:
+                    await self.write(Error(text=str(exc), code=exc.code).event())
+        except WyomingProtocolError as exc:
+            log.warning("wyoming_protocol_error", client=self.name, code=exc.code,
+                        error=str(exc))
+            with contextlib.suppress(ConnectionError):
+                await self.write(Error(text=str(exc), code=exc.code).event())
+        except ConnectionError:
+            log.info("wyoming_client_gone", client=self.name)
+        finally:
+            await self._end_listening(send=False)
+            self.writer.close()
+
+    async def handle(self, event: Event) -> None:
+        if Describe.is_type(event.type):
+            await self.write(self.info().event())
+        elif Ping.is_type(event.type):
+            await self.write(Pong(text=event.data.get("text")).event())
+        elif Synthesize.is_type(event.type):
+            if self._stream_text is None:  # ignored while streaming (sent for old servers)
+                msg = _parse(Synthesize, event)
+                await self.speak(msg.text, _options(msg.voice))
+        elif SynthesizeStart.is_type(event.type):
+            msg = _parse(SynthesizeStart, event)
+            self._stream_text = []
+            self._stream_options = _options(msg.voice)
+        elif SynthesizeChunk.is_type(event.type):
+            await self.stream_chunk(_parse(SynthesizeChunk, event).text)
+        elif SynthesizeStop.is_type(event.type):
+            await self.stream_stop()
+        elif Transcribe.is_type(event.type):
+            _parse(Transcribe, event)  # language/model hints: one English model for now
+        elif AudioStart.is_type(event.type):
+            await self.audio_start(_parse(AudioStart, event))
+        elif AudioChunk.is_type(event.type):
+            self.audio_chunk(_parse(AudioChunk, event))
+        elif AudioStop.is_type(event.type):
+            await self.audio_stop()
+        else:
+            log.debug("wyoming_event_ignored", client=self.name, type=event.type)
+
+    def info(self) -> Info:
+        voices = [TtsVoice(name=v.name, description=f"Piper {v.name}", attribution=ATTRIBUTION,
+                           installed=True, version=None, languages=[v.language],
+                           speakers=[TtsVoiceSpeaker(s) for s in v.speakers] or None)
+                  for v in self.speech.voices()]
+        programs: dict[str, Any] = {"tts": [TtsProgram(
+            name="cosyvoiced-tts", description="Piper voices on ONNX Runtime",
+            attribution=ATTRIBUTION, installed=True, version=__version__, voices=voices,
+            supports_synthesize_streaming=True)]}
+        model = self.speech.asr_model()
+        if model:
+            programs["asr"] = [AsrProgram(
+                name="cosyvoiced-asr", description="Whisper on CTranslate2 with Silero VAD",
+                attribution=ATTRIBUTION, installed=True, version=__version__,
+                models=[AsrModel(name=model, description=model, attribution=ATTRIBUTION,
+                                 installed=True, version=None, languages=["en"])])]
+        return Info(**programs)
+
+    # --- synthesis -----------------------------------------------------------------
+
+    async def speak(self, text: str, options: SynthesisOptions, *, stop: bool = True) -> None:
+        info = self.streams.open("wyoming")
+        try:
+            synthesis = await self.speech.synthesize(text, options, info.id)
+            started = False
+            async for chunk in synthesis:
+                if not started:
+                    await self.write(AudioStart(rate=chunk.rate_hz, width=2, channels=1).event())
+                    started = True
+                data = chunk.data
+                step = SAMPLES_PER_EVENT * 2
+                for i in range(0, len(data), step):
+                    await self.write(AudioChunk(rate=chunk.rate_hz, width=2, channels=1,
+                                                audio=data[i:i + step]).event())
+            if stop and started:
+                await self.write(AudioStop().event())
+        finally:
+            self.streams.close(info.id)
+
+    async def stream_chunk(self, text: str) -> None:
+        if self._stream_text is None:
+            raise ClientError("no_stream", "synthesize-chunk before synthesize-start")
+        self._stream_text.append(text)
+        *done, rest = _SENTENCE_END.split("".join(self._stream_text))
+        self._stream_text = [rest]
+        for sentence in done:
+            if sentence.strip():
+                await self.speak(sentence, self._stream_options)
+
+    async def stream_stop(self) -> None:
+        if self._stream_text is None:
+            raise ClientError("no_stream", "synthesize-stop before synthesize-start")
+        rest = "".join(self._stream_text)
+        self._stream_text = None
+        if rest.strip():
+            await self.speak(rest, self._stream_options)
+        await self.write(SynthesizeStopped().event())
+
+    # --- transcription -------------------------------------------------------------
+
+    async def audio_start(self, fmt: AudioStart) -> None:
+        if fmt.width != 2 or fmt.channels != 1:
+            raise ClientError("bad_audio_format",
+                              f"need 16-bit mono audio, got width {fmt.width} "
+                              f"channels {fmt.channels}")
+        await self._end_listening(send=False)
+        rate = fmt.rate if fmt.rate in LISTEN_RATES_HZ else 16000
+        self._resampler = StreamResampler(fmt.rate, rate) if rate != fmt.rate else None
+        info = self.streams.open("wyoming")
+        try:
+            self._listening = await self.speech.listen(rate, info.id)
+        except BaseException:
+            self.streams.close(info.id)
+            raise
+        self._listen_id = info.id
+        self._forward = asyncio.create_task(self._forward_events(self._listening))
+
+    def audio_chunk(self, chunk: AudioChunk) -> None:
+        if self._listening is None:
+            return  # audio that is not for us (e.g. before transcribe): ignore
+        if chunk.width != 2 or chunk.channels != 1 or len(chunk.audio) % 2:
+            raise ClientError("bad_audio_format", "audio-chunk must be 16-bit mono")
+        pcm = np.frombuffer(chunk.audio, dtype=np.int16)
+        samples = s16_to_f32(pcm, np.empty(pcm.shape, dtype=np.float32))
+        if self._resampler is not None:
+            samples = self._resampler.process(samples)
+        self._listening.feed(samples)
+
+    async def audio_stop(self) -> None:
+        if self._listening is None:
+            return
+        await self._end_listening(send=True)
+
+    async def _forward_events(self, listening: Listening) -> None:
+        async for ev in listening.events():
+            if isinstance(ev, VoiceStartedEvent):
+                await self.write(VoiceStarted(timestamp=ev.start_ms).event())
+            elif isinstance(ev, VoiceStoppedEvent):
+                await self.write(VoiceStopped(timestamp=ev.end_ms).event())
+
+    async def _end_listening(self, *, send: bool) -> None:
+        listening, self._listening = self._listening, None
+        if listening is None:
+            return
+        try:
+            if self._resampler is not None:
+                listening.feed(self._resampler.flush())
+            finals = await listening.close()
+        finally:
+            if self._forward:
+                self._forward.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._forward
+            self.streams.close(self._listen_id)
+        if send:
+            text = " ".join(t.text.strip() for t in finals if isinstance(t, TranscriptEvent)
+                            and t.text.strip())
+            await self.write(Transcript(text=text, language="en").event())
+
+
+def _parse(cls: Any, event: Event) -> Any:
+    try:
+        return cls.from_event(event)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise ClientError("bad_event", f"malformed {event.type}: {exc!r}") from None
+
+
+def _options(voice: Any) -> SynthesisOptions:
+    name = getattr(voice, "name", None)
+    speaker = getattr(voice, "speaker", None)
+    return SynthesisOptions(voice=name or None, speaker=speaker or None, format="s16le")
+
+
+class WyomingServer:
+    def __init__(self, speech: Speech, streams: Streams, listen: str) -> None:
+        self.speech = speech
+        self.streams = streams
+        self.listen = listen
+        self._server: asyncio.base_events.Server | None = None
+        self._clients: set[asyncio.Task[None]] = set()
+        self.bound = ""
+
+    async def start(self) -> None:
+        spec = self.listen
+        if spec.startswith("unix:"):
+            path = spec.removeprefix("unix:")
+            self._server = await asyncio.start_unix_server(self._client, path,
+                                                           limit=MAX_LINE_BYTES)
+            self.bound = spec
+        else:
+            host, _, port = spec.removeprefix("tcp://").rpartition(":")
+            self._server = await asyncio.start_server(self._client, host.strip("[]"), int(port),
+                                                      limit=MAX_LINE_BYTES)
+            real = self._server.sockets[0].getsockname()[1]
+            self.bound = f"tcp://{host}:{real}"
+        log.info("wyoming_listening", listen=self.bound)
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername") or "unix"
+        task = asyncio.current_task()
+        assert task is not None
+        self._clients.add(task)
+        try:
+            await Connection(self.speech, self.streams, reader, writer, str(peer)).run()
+        except asyncio.CancelledError:
+            pass  # server stopping: end quietly (asyncio logs a cancelled client task)
+        finally:
+            self._clients.discard(task)
+
+    async def stop(self) -> None:
+        if self._server:
+            self._server.close()
+            for task in list(self._clients):
+                task.cancel()
+            await asyncio.gather(*self._clients, return_exceptions=True)
+            await self._server.wait_closed()

@@ -1,0 +1,206 @@
+"""The SSML subset: `<speak>`, `<break>`, `<say-as>`, `<prosody rate>`, `<p>`, `<s>`, `<sub>`.
+
+Parsed with expat, with document type declarations refused outright (so no entity
+expansion and no external entities can ever be read). Every error, syntax or meaning,
+is a BadSsml naming the line and column.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from xml.parsers import expat
+
+from cosyvoiced.tts.errors import BadSsml
+from cosyvoiced.tts.normalize import plain_segments
+from cosyvoiced.tts.normalize.en_dates import dates, spoken_date
+from cosyvoiced.tts.normalize.en_numbers import (
+    CURRENCY_RE,
+    cardinal,
+    currency,
+    digits,
+    number,
+    ordinal,
+)
+from cosyvoiced.tts.normalize.en_text import characters, phone_number
+from cosyvoiced.tts.normalize.segments import Pause, Segment, Speech
+
+TAGS = ("speak", "break", "say-as", "prosody", "p", "s", "sub")
+INTERPRET_AS = ("digits", "telephone", "date", "currency", "characters", "spell-out",
+                "cardinal", "number", "ordinal")
+RATE_WORDS = {"x-slow": 0.6, "slow": 0.8, "medium": 1.0, "default": 1.0, "fast": 1.25,
+              "x-fast": 1.5}
+STRENGTH_MS = {"none": 0, "x-weak": 100, "weak": 200, "medium": 400, "strong": 700,
+               "x-strong": 1000}
+MAX_BREAK_MS = 10_000
+TIME_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*$")
+
+
+@dataclass
+class _Frame:
+    tag: str
+    rate: float
+    say_as: str | None = None
+    fmt: str = ""
+    alias: str | None = None
+    text: str = ""
+
+
+def parse_rate(value: str) -> float:
+    """"slow", "150%", "+20%", "-10%", "1.2" -> speaking-rate multiplier."""
+    v = value.strip().lower()
+    if v in RATE_WORDS:
+        return RATE_WORDS[v]
+    m = re.fullmatch(r"([+-]?)(\d+(?:\.\d+)?)(%?)", v)
+    if not m:
+        raise ValueError(f"bad prosody rate {value!r}")
+    x = float(m.group(2))
+    if m.group(3):
+        x = 1.0 + (x / 100 if m.group(1) != "-" else -x / 100) if m.group(1) else x / 100
+    if not 0.25 <= x <= 4.0:
+        raise ValueError(f"prosody rate {value!r} outside 25%..400%")
+    return x
+
+
+def parse_break(attrs: dict[str, str]) -> int:
+    if "time" in attrs:
+        m = TIME_RE.match(attrs["time"])
+        if not m:
+            raise ValueError(f"bad break time {attrs['time']!r} (use e.g. 300ms or 1.5s)")
+        ms = float(m.group(1)) * (1000 if m.group(2) == "s" else 1)
+        if ms > MAX_BREAK_MS:
+            raise ValueError(f"break of {ms:.0f} ms is longer than {MAX_BREAK_MS} ms")
+        return int(round(ms))
+    strength = attrs.get("strength", "medium")
+    if strength not in STRENGTH_MS:
+        raise ValueError(f"bad break strength {strength!r}")
+    return STRENGTH_MS[strength]
+
+
+def say_as_date(text: str, fmt: str) -> str:
+    nums = [int(x) for x in re.findall(r"\d+", text)]
+    order = (fmt or "mdy").lower()
+    if len(nums) == len(order) and set(order) <= set("ymd"):
+        parts = dict(zip(order, nums, strict=True))
+        words = spoken_date(parts.get("m", 0), parts.get("d", 0), parts.get("y"))
+        if words:
+            return words
+    return dates(text)
+
+
+def say_as(kind: str, text: str, fmt: str) -> str:
+    text = text.strip()
+    if kind == "digits":
+        return digits(text)
+    if kind == "telephone":
+        return phone_number(text)
+    if kind == "date":
+        return say_as_date(text, fmt)
+    if kind == "currency":
+        m = CURRENCY_RE.search(text if text[:1] in "$€£-" else "$" + text)
+        return currency(m.group(2), m.group(3), m.group(4), m.group(5)) if m else text
+    if kind in ("characters", "spell-out"):
+        return characters(text)
+    if kind in ("cardinal", "number"):
+        return number(text) if re.fullmatch(r"-?[\d,]+(\.\d+)?", text) else text
+    if kind == "ordinal":
+        return ordinal(int(text)) if text.isdigit() else text
+    return text
+
+
+class _Parser:
+    def __init__(self, language: str) -> None:
+        self.language = language
+        self.out: list[Segment] = []
+        self.stack: list[_Frame] = []
+        self.p = expat.ParserCreate()
+        self.p.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
+        self.p.StartDoctypeDeclHandler = self._doctype
+        self.p.StartElementHandler = self._start
+        self.p.EndElementHandler = self._end
+        self.p.CharacterDataHandler = self._chars
+        self.p.ExternalEntityRefHandler = self._external
+
+    def fail(self, message: str) -> BadSsml:
+        return BadSsml(message, self.p.CurrentLineNumber, self.p.CurrentColumnNumber + 1)
+
+    def _doctype(self, *_: object) -> None:
+        raise self.fail("document type declarations are not allowed")
+
+    def _external(self, *_: object) -> int:
+        raise self.fail("external entities are not allowed")
+
+    def _flush(self) -> None:
+        top = self.stack[-1]
+        if top.text and top.say_as is None and top.alias is None:
+            self.out.extend(plain_segments(top.text, self.language, top.rate))
+            top.text = ""
+
+    def _start(self, tag: str, attrs: dict[str, str]) -> None:
+        if tag not in TAGS:
+            raise self.fail(f"unsupported element <{tag}>; supported: {', '.join(TAGS)}")
+        if not self.stack and tag != "speak":
+            raise self.fail(f"the root element must be <speak>, not <{tag}>")
+        if self.stack and tag == "speak":
+            raise self.fail("<speak> cannot be nested")
+        if self.stack:
+            if self.stack[-1].say_as is not None or self.stack[-1].alias is not None:
+                raise self.fail(f"<{tag}> is not allowed inside <{self.stack[-1].tag}>")
+            self._flush()
+        rate = self.stack[-1].rate if self.stack else 1.0
+        frame = _Frame(tag, rate)
+        try:
+            if tag == "break":
+                self.out.append(Pause(parse_break(attrs)))
+            elif tag == "prosody":
+                frame.rate = rate * parse_rate(attrs.get("rate", "medium"))
+            elif tag == "say-as":
+                kind = attrs.get("interpret-as", "")
+                if kind not in INTERPRET_AS:
+                    raise ValueError(f"say-as interpret-as={kind!r} is not one of "
+                                     f"{', '.join(INTERPRET_AS)}")
+                frame.say_as, frame.fmt = kind, attrs.get("format", "")
+            elif tag == "sub":
+                if "alias" not in attrs:
+                    raise ValueError("<sub> needs an alias attribute")
+                frame.alias = attrs["alias"]
+        except ValueError as exc:
+            raise self.fail(str(exc)) from None
+        self.stack.append(frame)
+
+    def _end(self, tag: str) -> None:
+        frame = self.stack[-1]
+        self._flush()
+        self.stack.pop()
+        if frame.say_as is not None:
+            words = say_as(frame.say_as, frame.text, frame.fmt)
+            if words:
+                self.out.append(Speech(words, frame.rate))
+        elif frame.alias is not None:
+            self.out.extend(plain_segments(frame.alias, self.language, frame.rate))
+        elif tag in ("p", "s") and self.out and isinstance(self.out[-1], Speech):
+            last = self.out[-1]
+            if not last.text.rstrip().endswith((".", "!", "?")):
+                self.out[-1] = Speech(last.text.rstrip() + ".", last.rate)
+
+    def _chars(self, data: str) -> None:
+        if not self.stack:
+            return
+        if self.stack[-1].tag == "break" and data.strip():
+            raise self.fail("<break> must be empty")
+        self.stack[-1].text += data
+
+    def parse(self, text: str) -> list[Segment]:
+        try:
+            self.p.Parse(text, True)
+        except expat.ExpatError as exc:
+            raise BadSsml(expat.ErrorString(exc.code), exc.lineno, exc.offset + 1) from None
+        return self.out
+
+
+def parse_ssml(text: str, language: str = "en") -> list[Segment]:
+    """An SSML document to segments (normalized speech, phonemes, pauses)."""
+    return _Parser(language).parse(text)
+
+
+__all__ = ["parse_ssml", "parse_rate", "parse_break", "say_as", "cardinal"]

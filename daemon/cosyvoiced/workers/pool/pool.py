@@ -1,0 +1,329 @@
+"""The main-process side of the workers: start, assign, supervise, admit, report.
+
+A supervisor thread owns the worker processes: it spawns them (and one warm spare),
+reads their messages, and notices deaths through process sentinels. A dead worker's
+slot is taken over by the spare at once (it re-pins itself to the slot's CPUs), the
+slot's streams are re-opened there, their in-flight requests end with a `worker_lost`
+error, and a new spare is spawned. A worker whose heartbeat stops for
+`hang_restart_s` is killed and replaced the same way. Restarts back off when a slot
+keeps dying. The asyncio side opens streams (`open_tts_stream`, `open_listen_stream`)
+and gets `Overloaded` when the measured load says no worker can serve one more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import itertools
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import structlog
+
+from cosyvoiced.audio.ring import Ring
+from cosyvoiced.runtime.health import Health
+from cosyvoiced.workers import messages as m
+from cosyvoiced.workers.errors import PoolNotRunning, WorkerError, WorkerLost
+from cosyvoiced.workers.pool.admission import Admission, WorkerLoad
+from cosyvoiced.workers.pool.cpus import format_cpu_list, inference_cpus, share_cpus
+from cosyvoiced.workers.pool.handles import ListenHandle, StreamHandle, TtsHandle
+from cosyvoiced.workers.pool.procs import Proc, Slot
+from cosyvoiced.workers.pool.supervisor import Supervision
+from cosyvoiced.workers.worker.entry import WorkerSetup
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_TTS_RATE_HZ = 22050
+"""Piper medium voices' own rate, used when neither the caller nor `tts.rate_hz` says."""
+CAPTURE_RING_S = 2.0
+SPARE_DELAY_S = 2.0
+"""The warm spare starts this long after the pool is ready."""
+PLAYBACK_EXTRA_S = 4.0
+"""Playback ring room beyond the lookahead (a clause can be a few seconds long)."""
+
+
+class WorkerPool(Supervision):
+    def __init__(self, workers: Any, setup: WorkerSetup, *, health: Health | None = None,
+                 publish: Callable[[Any], None] | None = None) -> None:
+        self.config = workers
+        self.setup = setup
+        self.health = health
+        self.publish = publish
+        shares = share_cpus(inference_cpus(workers.cpus), workers.count, workers.onnx_threads)
+        self.slots = [Slot(i, share) for i, share in enumerate(shares)]
+        self.all_cpus = tuple(c for share in shares for c in share)
+        self.admission = Admission(workers.admit_busy_max, workers.max_streams)
+        self.restarts = 0
+        self.running = False
+        self._handles: dict[str, StreamHandle] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()  # slot stream maps and procs, between loop and supervisor
+        self._spare: Proc | None = None
+        self._timers: list[tuple[float, Callable[[], None]]] = []
+        self._tasks: list[Callable[[], None]] = []
+        self._wake_r, self._wake_w = os.pipe()
+        self._closing = False
+        self._start_error: str | None = None
+        self._thread = threading.Thread(target=self._supervise, name="worker-supervisor",
+                                        daemon=True)
+        # Workers ignore SIGTERM (systemd signals the whole cgroup on stop), so the
+        # terminate() multiprocessing tries at exit would wait forever: kill them first.
+        atexit.register(self._kill_at_exit)
+
+    def _kill_at_exit(self) -> None:
+        self._closing = True
+        for p in self._procs():
+            if p.proc.is_alive():
+                p.kill()
+
+    @classmethod
+    def from_config(cls, config: Any, *, health: Health | None = None,
+                    publish: Callable[[Any], None] | None = None) -> WorkerPool:
+        """The pool for a whole daemon `Config` (workers, tts, vad, service, log)."""
+        w, svc = config.workers, config.service
+        setup = WorkerSetup(
+            tts=config.tts, vad=config.vad, cache_dir=svc.cache_dir, state_dir=svc.state_dir,
+            onnx_threads=w.onnx_threads, policy=w.policy, lookahead_s=w.lookahead_s,
+            first_audio_s=w.first_audio_s, clause_max_chars=w.clause_max_chars,
+            vad_capacity=w.vad_slots, vad_tick_ms=w.vad_tick_ms, log_level=config.log.level,
+            log_sink=config.log.sink, journal_socket=config.log.journal_socket,
+            asr=config.asr)
+        return cls(w, setup, health=health, publish=publish)
+
+    def reconfigure(self, workers: Any) -> None:
+        """Apply the live `[workers]` keys after a reload (count and CPUs need a restart)."""
+        self.config = workers
+        self.admission.busy_max = workers.admit_busy_max
+        self.admission.max_streams = workers.max_streams
+        live = (workers.policy, workers.lookahead_s, workers.first_audio_s)
+        if live != (self.setup.policy, self.setup.lookahead_s, self.setup.first_audio_s):
+            self.setup = replace(self.setup, policy=workers.policy,
+                                 lookahead_s=workers.lookahead_s,
+                                 first_audio_s=workers.first_audio_s)
+            self.set_policy(workers.policy, workers.lookahead_s)
+
+    def reconfigure_listen(self, vad: Any, asr: Any) -> None:
+        """Apply the live `[vad]`/`[asr]` keys after a reload (respawned workers too)."""
+        if (vad, asr) == (self.setup.vad, self.setup.asr):
+            return
+        self.setup = replace(self.setup, vad=vad, asr=asr)
+        msg = m.SetListen(vad, asr)
+        for p in self._procs():
+            p.send(msg)
+
+    # --- lifecycle ----------------------------------------------------------------
+
+    async def start(self, timeout_s: float = 180.0) -> None:
+        """Spawn the workers and wait until each has warmed up and said Ready."""
+        self._thread.start()
+        for slot in self.slots:
+            self._call(lambda s=slot: self._spawn_for(s))
+        deadline = time.monotonic() + timeout_s
+        while not all(s.proc is not None and s.proc.ready for s in self.slots):
+            if self._start_error:
+                await self.stop()
+                raise WorkerError(self._start_error, code="worker_start")
+            if time.monotonic() > deadline:
+                await self.stop()
+                raise WorkerError(f"workers not ready within {timeout_s} s", code="worker_start")
+            await asyncio.sleep(0.02)
+        self.running = True
+        if self.health is not None:
+            for slot in self.slots:
+                self.health.register(f"worker{slot.index}", slot.heartbeat_s)
+        if self.config.spare:  # a little later: not competing with the first requests
+            self._call(lambda: self._after(SPARE_DELAY_S, self._spawn_spare))
+        log.info("workers_ready", count=len(self.slots), cpus=format_cpu_list(self.all_cpus),
+                 onnx_threads=self.config.onnx_threads,
+                 tts_rtf=[round(s.proc.ready_msg.tts_rtf, 4) for s in self.slots
+                          if s.proc and s.proc.ready_msg])
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        self._closing = True
+        self.running = False
+        if self.health is not None:
+            for slot in self.slots:
+                self.health.unregister(f"worker{slot.index}")
+        for handle in list(self._handles.values()):
+            await handle.close()
+        procs = self._procs()
+        for p in procs:
+            p.send(m.Stop())
+        await asyncio.to_thread(self._join, procs, timeout_s)
+        self._wake()
+        if self._thread.is_alive():
+            await asyncio.to_thread(self._thread.join, 2.0)
+        atexit.unregister(self._kill_at_exit)
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    @staticmethod
+    def _join(procs: list[Proc], timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        for p in procs:
+            p.proc.join(max(0.0, deadline - time.monotonic()))
+            if p.proc.is_alive():
+                p.kill()
+                p.proc.join(1.0)
+            p.close()
+
+    # --- streams ------------------------------------------------------------------
+
+    def loads(self) -> list[WorkerLoad]:
+        out = []
+        for s in self.slots:
+            p = s.proc
+            alive = p is not None and p.ready
+            st = p.stats if p is not None else None
+            out.append(WorkerLoad(
+                s.index, alive, st.get("busy") if st else 0.0, st.get("rtf") if st else 0.0,
+                st.get("vad_us") if st else 0.0, s.speaking, s.listening, len(s.streams)))
+        return out
+
+    def _open(self, handle_cls: type[StreamHandle], kind: str, ring: Ring, rate_hz: int,
+              stream_id: str | None) -> StreamHandle:
+        if not self.running:
+            raise PoolNotRunning("the worker pool is not running")
+        sid = stream_id or f"{kind}-{next(self._ids)}"
+        if sid in self._handles:
+            raise WorkerError(f"stream {sid!r} is already open", code="duplicate_stream")
+        try:
+            # Never send while holding the lock: a full pipe would block the supervisor,
+            # which needs the lock to drain the worker's side (a deadlock).
+            with self._lock:
+                self.admission.check_cap(len(self._handles))
+                index = self.admission.choose(self.loads(), kind)
+                slot = self.slots[index]
+                proc = slot.proc
+                assert proc is not None
+                handle = handle_cls(self, sid, index, ring, rate_hz)
+                slot.streams[sid] = handle
+                self._handles[sid] = handle
+                if kind == "listen":
+                    slot.listening += 1
+            msg_cls = m.OpenTts if kind == "tts" else m.OpenListen
+            if not proc.send(msg_cls(sid, ring.name, rate_hz)):
+                self._forget(handle)
+                raise WorkerLost(f"worker {index} is restarting")
+        except BaseException:
+            ring.close()
+            ring.unlink()
+            raise
+        return handle
+
+    async def open_tts_stream(self, rate_hz: int | None = None,
+                              stream_id: str | None = None) -> TtsHandle:
+        """A playback stream on the least loaded worker (Overloaded if none can serve it)."""
+        rate = rate_hz or self.setup.tts.rate_hz or DEFAULT_TTS_RATE_HZ
+        frames = int((self.setup.lookahead_s + PLAYBACK_EXTRA_S) * rate)
+        ring = Ring.create(frames, policy="refuse")
+        handle = self._open(TtsHandle, "tts", ring, rate, stream_id)
+        assert isinstance(handle, TtsHandle)
+        return handle
+
+    async def open_listen_stream(self, rate_hz: int,
+                                 stream_id: str | None = None) -> ListenHandle:
+        """A capture stream (8000 or 16000 Hz) whose VAD events arrive on `handle.events`."""
+        if rate_hz not in (8000, 16000):
+            raise WorkerError(f"listen streams run at 8000 or 16000 Hz, not {rate_hz}",
+                              code="unsupported_rate")
+        ring = Ring.create(int(CAPTURE_RING_S * rate_hz), policy="drop")
+        handle = self._open(ListenHandle, "listen", ring, rate_hz, stream_id)
+        assert isinstance(handle, ListenHandle)
+        return handle
+
+    def _say(self, handle: TtsHandle, request_id: int, text: str, options: Any,
+             was_idle: bool) -> None:
+        with self._lock:
+            slot = self.slots[handle.worker]
+            proc = slot.proc
+            if proc is None or not proc.ready:
+                raise WorkerLost(f"worker {slot.index} is restarting")
+            if was_idle:
+                self.admission.can_speak(self.loads()[slot.index])
+        if not proc.send(m.Say(handle.stream_id, request_id, text, options)):
+            raise WorkerLost(f"worker {slot.index} is restarting")
+        if was_idle:
+            slot.speaking += 1
+
+    def _speaking_changed(self, handle: TtsHandle) -> None:
+        """The handle's last request settled (loop thread)."""
+        slot = self.slots[handle.worker]
+        slot.speaking = max(0, slot.speaking - 1)
+
+    def _send_to(self, handle: StreamHandle, msg: object) -> None:
+        proc = self.slots[handle.worker].proc
+        if proc is not None:
+            proc.send(msg)
+
+    def _forget(self, handle: StreamHandle) -> Slot:
+        with self._lock:
+            slot = self.slots[handle.worker]
+            slot.streams.pop(handle.stream_id, None)
+            self._handles.pop(handle.stream_id, None)
+            if isinstance(handle, ListenHandle):
+                slot.listening = max(0, slot.listening - 1)
+            return slot
+
+    def _close_stream(self, handle: StreamHandle) -> None:
+        slot = self._forget(handle)
+        if isinstance(handle, TtsHandle) and handle.outstanding:
+            handle.outstanding.clear()
+            slot.speaking = max(0, slot.speaking - 1)
+        proc = slot.proc
+        if proc is not None:
+            proc.send(m.CloseStream(handle.stream_id))
+
+    def set_policy(self, policy: str, lookahead_s: float | None = None,
+                   first_audio_s: float | None = None) -> None:
+        """Switch every worker's TTS scheduling ("edf" | "fifo"); for tests and benches."""
+        msg = m.SetPolicy(policy, self.setup.lookahead_s if lookahead_s is None else lookahead_s,
+                          self.setup.first_audio_s if first_audio_s is None else first_audio_s)
+        for p in self._procs():
+            p.send(msg)
+
+    # --- figures ------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        now = time.monotonic()
+        busy_max = self.admission.busy_max
+        workers = []
+        for slot, load in zip(self.slots, self.loads(), strict=True):
+            p = slot.proc
+            workers.append({
+                "index": slot.index, "pid": p.pid if p else None, "alive": load.alive,
+                "cpus": format_cpu_list(slot.cpus), "busy": round(load.busy, 3),
+                "rtf": round(load.rtf, 4), "vad_window_us": round(load.vad_us, 1),
+                "streams": load.streams, "speaking": load.speaking,
+                "listening": load.listening, "load": round(load.load(), 3),
+                "tts_capacity": load.tts_capacity(busy_max), "restarts": slot.restarts,
+                "heartbeat_age_s": round(now - slot.heartbeat_s(), 3),
+                "threads": p.ready_msg.threads if p and p.ready_msg else None,
+            })
+        return {
+            "workers": workers,
+            "capacity": {"tts_speaking": sum(w["tts_capacity"] for w in workers),
+                         "busy_max": busy_max, "max_streams": self.admission.max_streams},
+            "load": {"speaking": sum(s.speaking for s in self.slots),
+                     "listening": sum(s.listening for s in self.slots),
+                     "streams": len(self._handles)},
+            "restarts": self.restarts,
+            "refused": self.admission.refused,
+            "spare": self._spare is not None and self._spare.ready,
+            "policy": self.setup.policy,
+        }
+
+    def status_line(self) -> str:
+        loads = self.loads()
+        up = sum(1 for w in loads if w.alive)
+        cap = sum(w.tts_capacity(self.admission.busy_max) for w in loads)
+        speaking = sum(w.speaking for w in loads)
+        return (f"workers {up}/{len(loads)} up, tts {speaking}/{cap} speaking, "
+                f"restarts {self.restarts}")

@@ -1,0 +1,121 @@
+"""Worker processes as the pool sees them: spawning, and one record per process/slot."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from cosyvoiced.workers import messages as m
+from cosyvoiced.workers.stats import WorkerStats
+from cosyvoiced.workers.worker.entry import THREAD_ENV, WorkerSetup, thread_env, worker_main
+
+if TYPE_CHECKING:
+    from cosyvoiced.workers.pool.handles import StreamHandle
+
+_CTX = multiprocessing.get_context("spawn")
+_SPAWN_LOCK = threading.Lock()
+
+
+class Proc:
+    """One worker process: its control pipe, its shared stats, whether it said Ready."""
+
+    def __init__(self, index: int, cpus: tuple[int, ...], setup: WorkerSetup) -> None:
+        self.index = index
+        """Slot served; -1 for a spare."""
+        self.cpus = cpus
+        self.conn, child = _CTX.Pipe(duplex=True)
+        self.stats = WorkerStats.create(_CTX)
+        name = f"cosyvoiced-worker-{index}" if index >= 0 else "cosyvoiced-worker-spare"
+        self.proc = _CTX.Process(target=worker_main, name=name, daemon=True,
+                                 args=(index, cpus, child, self.stats.array, setup, os.getpid()))
+        self.ready_msg: m.Ready | None = None
+        self.started_s = time.monotonic()
+        self.dead = False
+        self._lock = threading.Lock()
+        self._start(child, setup.onnx_threads)
+
+    def _start(self, child: Any, threads: int) -> None:
+        """Spawn with the thread limits in the environment, from a thread pinned to `cpus`.
+
+        Must be called from a thread that outlives the worker: the worker asks the kernel
+        to kill it when its parent *thread* exits (PR_SET_PDEATHSIG).
+        """
+        with _SPAWN_LOCK:
+            saved_env = {k: os.environ.get(k) for k in THREAD_ENV}
+            saved_cpus = os.sched_getaffinity(0)
+            os.environ.update(thread_env(threads))
+            os.sched_setaffinity(0, self.cpus)
+            try:
+                self.proc.start()
+            finally:
+                os.sched_setaffinity(0, saved_cpus)
+                for k, v in saved_env.items():
+                    if v is None:
+                        os.environ.pop(k, None)
+                    else:
+                        os.environ[k] = v
+        child.close()
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid or 0
+
+    @property
+    def ready(self) -> bool:
+        return self.ready_msg is not None and not self.dead
+
+    def send(self, msg: object) -> bool:
+        """False if the worker is gone (its death is handled by the supervisor)."""
+        if self.dead:
+            return False
+        try:
+            with self._lock:
+                m.send(self.conn, msg)
+            return True
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            return False
+
+    def kill(self) -> None:
+        try:
+            os.kill(self.pid, 9)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def close(self) -> None:
+        self.dead = True
+        self.conn.close()
+
+
+class Slot:
+    """A worker position: fixed CPUs; the process in it changes across restarts."""
+
+    def __init__(self, index: int, cpus: tuple[int, ...]) -> None:
+        self.index = index
+        self.cpus = cpus
+        self.proc: Proc | None = None
+        self.pending: Proc | None = None
+        """A process warming up (or adopting) to fill this slot."""
+        self.restarts = 0
+        self.dead_since = time.monotonic()
+        self.deaths: deque[float] = deque(maxlen=16)
+        self.streams: dict[str, StreamHandle] = {}
+        self.speaking = 0
+        self.listening = 0
+
+    def heartbeat_s(self) -> float:
+        """Health probe: the live worker's last loop turn, else when it went missing."""
+        proc = self.proc
+        if proc is not None and proc.ready:
+            return proc.stats.heartbeat_s()
+        return self.dead_since
+
+    def backoff_s(self, now_s: float, base_s: float, max_s: float) -> float:
+        """No delay for an occasional death; doubling delays for a crash loop."""
+        recent = sum(1 for t in self.deaths if now_s - t < 60.0)
+        if recent <= 1:
+            return 0.0
+        return min(max_s, base_s * 2 ** (recent - 2))

@@ -1,0 +1,399 @@
+"""Clause-level TTS scheduling in a worker: least slack first, bounded lookahead,
+first audio held until the worker can keep it fed.
+
+The engine synthesizes one clause per `next()` of a request's generator (one ONNX run
+that nothing interrupts). The next clause goes to the stream with the least slack:
+its deadline (when its listener runs dry: `now + ahead`, where `ahead` is the larger of
+ring fill + pending audio and its real-time playback clock) minus the expected
+synthesis time of that clause (`clausecost`: from the request's clause plan and the
+worker's measured seconds per character). So a long clause starts early enough, and a
+stream with seconds buffered yields to one about to run dry. A stream with
+`lookahead_s` of audio ahead waits, so a long text cannot starve short ones.
+
+A new request has no listener deadline yet: its first clause is due `first_audio_s`
+after it arrived. Its first audio goes out at once if the worker can keep every
+speaking stream fed with it playing (`clausecost.fits`); otherwise it is held (pending,
+not in the ring) until that holds, `prebuffer_s` is buffered, or the budget is spent.
+A burst of new requests on a busy worker thus starts them one after another with a
+buffer instead of starting all and underrunning all.
+
+"fifo" is the naive baseline kept for comparison: clauses in the order streams became
+ready for them, no lookahead bound, no hold.
+
+Cancel drops a stream's queued requests and unwritten audio at once and asks the
+ring's consumer to flush what it holds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+import structlog
+
+from cosyvoiced.workers.messages import FirstAudio, SayDone, StreamError
+from cosyvoiced.workers.worker.clause_cost import ClauseCosts, fits
+
+log = structlog.get_logger(__name__)
+
+POLICIES = ("edf", "fifo")
+SUSTAINABLE_LOAD = 1.5
+"""Above this modelled load (speaking streams x RTF) first audio is never held."""
+PENDING_RETRY_S = 0.01
+"""How soon to retry writing audio that did not fit in a full ring."""
+
+
+class ProducerRing(Protocol):
+    def write(self, samples: np.ndarray) -> int: ...
+    def available(self) -> int: ...
+    def set_playing(self, playing: bool) -> None: ...
+    def request_flush(self) -> None: ...
+
+
+class Chunk(Protocol):
+    audio: np.ndarray
+
+
+@dataclass
+class SayJob:
+    request_id: int
+    text: str
+    options: Any
+    received_s: float
+    synth_s: float = 0.0
+    audio_samples: int = 0
+    written: int = 0
+    synth_done: bool = False
+    first_sent: bool = False
+    clause_chars: list[int] | None = None
+    """Characters of each clause it will be synthesized as, when known (`make_gen` may
+    fill it in): the scheduler's guess of how long each next clause takes."""
+    clauses_done: int = 0
+
+
+@dataclass
+class TtsStream:
+    id: str
+    ring: ProducerRing
+    rate_hz: int
+    jobs: deque[SayJob] = field(default_factory=deque)
+    job: SayJob | None = None
+    gen: Iterator[Chunk] | None = None
+    pending: deque[list[Any]] = field(default_factory=deque)
+    """[job, audio, offset] entries not yet in the ring (it was full)."""
+    pending_samples: int = 0
+    play_end_s: float = 0.0
+    """When the audio produced so far ends if played in real time from its first sample."""
+    ready_seq: int = 0
+    last_synth_s: float = 0.0
+    """How long this stream's last clause took: the guess for its next one."""
+    hold_until_s: float | None = None
+    """A new request's first audio is held back (not in the ring yet) until then, or
+    until it has `prebuffer_s` of audio, so a loaded worker starts it with a buffer."""
+
+    def has_work(self) -> bool:
+        return self.gen is not None or bool(self.jobs)
+
+    def ahead_s(self, now_s: float) -> float:
+        held = (self.ring.available() + self.pending_samples) / self.rate_hz
+        return max(held, self.play_end_s - now_s)
+
+
+Emit = Callable[[object], None]
+MakeGen = Callable[[SayJob, TtsStream], Iterator[Chunk]]
+
+
+class TtsScheduler:
+    """Pure scheduling logic; the worker loop calls `step`, `flush` and `wake_in`."""
+
+    def __init__(self, make_gen: MakeGen, emit: Emit, *, policy: str = "edf",
+                 lookahead_s: float = 3.0, first_audio_s: float = 0.0,
+                 prebuffer_s: float = 3.0,
+                 on_clause: Callable[[float, float], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 timer: Callable[[], float] = time.perf_counter) -> None:
+        self.make_gen = make_gen
+        self.clock = clock
+        self.timer = timer
+        self.emit = emit
+        self.on_clause = on_clause
+        self.streams: dict[str, TtsStream] = {}
+        self._seq = itertools.count(1)
+        self.costs = ClauseCosts()
+        self.prebuffer_s = prebuffer_s
+        self.set_policy(policy, lookahead_s, first_audio_s)
+
+    def set_policy(self, policy: str, lookahead_s: float,
+                   first_audio_s: float | None = None) -> None:
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
+        self.policy = policy
+        self.lookahead_s = lookahead_s
+        if first_audio_s is not None:
+            self.first_audio_s = first_audio_s
+
+    # --- control --------------------------------------------------------------------
+
+    def open(self, stream_id: str, ring: ProducerRing, rate_hz: int) -> TtsStream:
+        stream = TtsStream(stream_id, ring, rate_hz)
+        self.streams[stream_id] = stream
+        return stream
+
+    def say(self, stream_id: str, job: SayJob) -> None:
+        stream = self.streams[stream_id]
+        if not stream.has_work():
+            stream.ready_seq = next(self._seq)
+        stream.jobs.append(job)
+
+    def cancel(self, stream_id: str) -> None:
+        stream = self.streams.get(stream_id)
+        if stream is None:
+            return
+        dropped = ([stream.job] if stream.job is not None else []) + list(stream.jobs)
+        for entry in stream.pending:
+            if entry[0] not in dropped:
+                dropped.append(entry[0])
+        self._stop_gen(stream)
+        stream.jobs.clear()
+        stream.pending.clear()
+        stream.pending_samples = 0
+        stream.play_end_s = 0.0
+        stream.hold_until_s = None
+        stream.ring.request_flush()
+        stream.ring.set_playing(False)
+        for job in dropped:
+            self.emit(SayDone(stream_id, job.request_id, job.written, cancelled=True))
+
+    def close(self, stream_id: str) -> TtsStream | None:
+        stream = self.streams.get(stream_id)
+        if stream is not None:
+            self.cancel(stream_id)
+            del self.streams[stream_id]
+        return stream
+
+    def _stop_gen(self, stream: TtsStream) -> None:
+        if stream.gen is not None:
+            close = getattr(stream.gen, "close", None)
+            if close is not None:
+                close()
+        stream.gen = None
+        stream.job = None
+
+    # --- scheduling -----------------------------------------------------------------
+
+    def queued(self) -> int:
+        return sum(1 for s in self.streams.values() if s.has_work())
+
+    def slack_s(self, stream: TtsStream, now_s: float, ahead_s: float,
+                budget_s: float | None = None) -> float:
+        """How long the stream's next clause may wait: deadline - now - expected synthesis.
+
+        The deadline is when its listener runs out of audio. Before a request's first
+        audio is out, playback starts at the latest `budget_s` (`first_audio_s`) after
+        the request arrived (its held audio plays from then)."""
+        if budget_s is None:
+            budget_s = self.first_audio_s
+        need = self.expected_s(stream)
+        if stream.hold_until_s is not None:
+            held = stream.pending_samples / stream.rate_hz
+            return stream.hold_until_s + held - now_s - need
+        if ahead_s <= 0.0:
+            job = stream.job or stream.jobs[0]
+            if not job.first_sent:
+                return job.received_s + budget_s - now_s - need
+        return ahead_s - need
+
+    def expected_s(self, stream: TtsStream) -> float:
+        """How long the stream's next clause will take to synthesize (a guess)."""
+        job = stream.job if stream.job is not None else stream.jobs[0]
+        return self.costs.expected_s(job, stream.last_synth_s)
+
+    def _release(self, stream: TtsStream, now_s: float) -> bool:
+        """Start a held first audio now? Yes once the worker can still make every
+        speaking stream's next clause in time with this one playing (`_fits`), or the job
+        is fully synthesized, or `prebuffer_s` is held, or the first-audio budget is
+        spent. On an idle worker a first clause longer than the next one's synthesis
+        leaves at once."""
+        held_s = stream.pending_samples / stream.rate_hz
+        job = stream.job
+        if job is not None and stream.hold_until_s is not None and now_s < stream.hold_until_s \
+                and held_s < self.prebuffer_s and self._sustainable() \
+                and not self._fits(stream, held_s, now_s):
+            return False
+        stream.hold_until_s = None  # playback starts now with what is held
+        stream.play_end_s = now_s + held_s
+        return True
+
+    def _sustainable(self) -> bool:
+        """Can the worker carry its speaking streams in real time at all? If clearly not
+        (it was admitted beyond capacity), holding first audio gains nothing but latency.
+        (The RTF guess runs high early on: first clauses are short and cost more.)"""
+        speaking = sum(1 for st in self.streams.values() if st.has_work() or st.pending)
+        return speaking * self.costs.rtf() <= SUSTAINABLE_LOAD
+
+    def _fits(self, candidate: TtsStream, held_s: float, now_s: float) -> bool:
+        """Would every speaking stream (this one playing from now) still get each clause
+        it needs over the next seconds before it runs dry? (`clausecost.fits`)"""
+        due: list[tuple[float, float]] = []
+        costs = self.costs
+        job = candidate.job if candidate.job is not None else candidate.jobs[0]
+        costs.clauses_due(job, held_s, candidate.last_synth_s, due)
+        for st in self.streams.values():
+            if st is candidate or not st.has_work() or st.hold_until_s is not None:
+                continue
+            ahead = st.ahead_s(now_s)
+            job = st.job if st.job is not None else st.jobs[0]
+            if ahead <= 0.0 and not job.first_sent:
+                continue  # not started: its own first-audio budget, not a deadline
+            costs.clauses_due(job, ahead, st.last_synth_s, due)
+        return fits(due)
+
+    def pick(self, now_s: float) -> TtsStream | None:
+        best: TtsStream | None = None
+        best_key: tuple[float, int] = (0.0, 0)
+        edf = self.policy == "edf"
+        # Beyond capacity no schedule keeps everyone fed: new requests go first again.
+        budget = self.first_audio_s if edf and self._sustainable() else 0.0
+        for stream in self.streams.values():
+            if not stream.has_work():
+                continue
+            if edf:
+                ahead = stream.ahead_s(now_s)
+                if ahead >= self.lookahead_s:
+                    continue
+                key = (self.slack_s(stream, now_s, ahead, budget), stream.ready_seq)
+            else:
+                key = (0.0, stream.ready_seq)
+            if best is None or key < best_key:
+                best, best_key = stream, key
+        return best
+
+    def wake_in(self, now_s: float) -> float | None:
+        """Seconds until a waiting stream becomes eligible or pending audio may fit."""
+        wait: float | None = None
+        for stream in self.streams.values():
+            if stream.hold_until_s is not None:
+                w = max(0.0, stream.hold_until_s - now_s)
+                wait = w if wait is None else min(wait, w)
+            elif stream.pending_samples:
+                wait = PENDING_RETRY_S if wait is None else min(wait, PENDING_RETRY_S)
+            if stream.has_work():
+                w = max(0.0, stream.ahead_s(now_s) - self.lookahead_s) \
+                    if self.policy == "edf" else 0.0
+                wait = w if wait is None else min(wait, w)
+        return wait
+
+    def step(self, now_s: float) -> bool:
+        """Synthesize one clause for the most urgent stream; False if none is eligible."""
+        stream = self.pick(now_s)
+        if stream is None:
+            return False
+        self._run_clause(stream)
+        return True
+
+    def _run_clause(self, stream: TtsStream) -> None:
+        if stream.gen is None:
+            job = stream.jobs.popleft()
+            try:
+                stream.gen = self.make_gen(job, stream)
+            except Exception as exc:  # typed request errors end this request only
+                self._fail(stream, job, exc)
+                return
+            stream.job = job
+        job = stream.job
+        assert job is not None and stream.gen is not None
+        t0 = self.timer()
+        try:
+            chunk = next(stream.gen)
+        except StopIteration:
+            chunk = None
+        except Exception as exc:  # one bad request must not take the worker down
+            self._stop_gen(stream)
+            self._fail(stream, job, exc)
+            return
+        dt = self.timer() - t0
+        first = not job.audio_samples
+        job.synth_s += dt
+        stream.last_synth_s = dt
+        job.clauses_done += 1
+        if chunk is not None:
+            self.costs.learn(dt, len(getattr(chunk, "text", "")),
+                             chunk.audio.shape[0] / stream.rate_hz, first)
+        if chunk is None:
+            self._finish_synth(stream, job)
+            return
+        audio = chunk.audio
+        n = int(audio.shape[0])
+        job.audio_samples += n
+        if self.on_clause is not None:
+            self.on_clause(dt, n / stream.rate_hz)
+        now = self.clock()
+        if (first and n and self.first_audio_s > 0 and self.policy == "edf" and not job.first_sent
+                and not stream.pending and not stream.ring.available()):
+            stream.hold_until_s = job.received_s + self.first_audio_s  # see _release
+        stream.play_end_s = max(stream.play_end_s, now) + n / stream.rate_hz
+        if n:
+            stream.pending.append([job, audio, 0])
+            stream.pending_samples += n
+        if getattr(chunk, "is_last", False):
+            self._finish_synth(stream, job)
+        else:
+            stream.ready_seq = next(self._seq)
+        self._write(stream, now)
+
+    def _finish_synth(self, stream: TtsStream, job: SayJob) -> None:
+        job.synth_done = True
+        self._stop_gen(stream)
+        stream.ready_seq = next(self._seq)
+        self._maybe_done(stream, job)
+
+    def _fail(self, stream: TtsStream, job: SayJob, exc: Exception) -> None:
+        code = getattr(exc, "code", None)
+        if not isinstance(code, str):
+            code = "internal"
+            log.exception("tts_request_failed", stream=stream.id, request=job.request_id)
+        self.emit(StreamError(stream.id, job.request_id, code, str(exc)))
+        job.synth_done = True
+        self._maybe_done(stream, job, failed=True)
+
+    def _maybe_done(self, stream: TtsStream, job: SayJob, failed: bool = False) -> None:
+        if not job.synth_done or any(e[0] is job for e in stream.pending):
+            return
+        if not failed:
+            rtf = job.synth_s / (job.audio_samples / stream.rate_hz) if job.audio_samples else 0.0
+            self.emit(SayDone(stream.id, job.request_id, job.written, rtf=rtf))
+        if not stream.has_work() and not stream.pending:
+            stream.ring.set_playing(False)
+
+    # --- audio out ------------------------------------------------------------------
+
+    def flush(self, now_s: float) -> None:
+        """Move pending audio into rings as room allows."""
+        for stream in self.streams.values():
+            if stream.pending:
+                self._write(stream, now_s)
+
+    def _write(self, stream: TtsStream, now_s: float) -> None:
+        if stream.hold_until_s is not None and not self._release(stream, now_s):
+            return
+        ring = stream.ring
+        while stream.pending:
+            entry = stream.pending[0]
+            job, audio, off = entry
+            n = ring.write(audio[off:]) if off else ring.write(audio)
+            if n and not job.first_sent:
+                job.first_sent = True
+                ring.set_playing(True)
+                self.emit(FirstAudio(stream.id, job.request_id, now_s - job.received_s))
+            job.written += n
+            stream.pending_samples -= n
+            if off + n < audio.shape[0]:
+                entry[2] = off + n
+                return
+            stream.pending.popleft()
+            self._maybe_done(stream, job)

@@ -1,0 +1,1 @@
+"""End-to-end tests: real processes, models, paced devices and peers."""

@@ -1,0 +1,173 @@
+"""Listening end to end on the real daemon: real human prompts (Asterisk, 8 kHz) through
+the workers' VAD and Whisper, over HTTP, Wyoming and the event stream."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import threading
+import time
+import urllib.request
+import wave
+from collections.abc import Iterator
+
+import numpy as np
+import pytest
+from tools.bench.prompts import Prompt, prompts, wer
+
+from tests.fixtures.daemon import DaemonProcess
+
+pytestmark = pytest.mark.e2e
+
+N_PROMPTS = 12
+WER_MAX = 20.0
+"""Percent over the dozen prompts (the in-process pipeline measured ~7 % on all 563)."""
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    d = DaemonProcess(tmp_path_factory.mktemp("listen-daemon")).start()
+    try:
+        d.wait_ready()
+        yield d
+    finally:
+        d.stop()
+
+
+@pytest.fixture(scope="module")
+def dozen() -> list[Prompt]:
+    every = [p for p in prompts() if len(p.text.split()) >= 3]
+    step = len(every) // N_PROMPTS
+    return every[::step][:N_PROMPTS]
+
+
+def _listener(d: DaemonProcess, prefix: str) -> str:
+    for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]:
+        if x.startswith(prefix):
+            return x
+    raise AssertionError(f"no {prefix} listener")
+
+
+def _wav(samples: np.ndarray, rate_hz: int) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate_hz)
+        w.writeframes((np.clip(samples, -1, 1) * 32767).astype("<i2").tobytes())
+    return buf.getvalue()
+
+
+def _post_transcribe(base: str, wav: bytes) -> dict:
+    req = urllib.request.Request(f"{base}/v1/transcribe", data=wav,
+                                 headers={"Content-Type": "audio/wav"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+class SseReader(threading.Thread):
+    """Collects `GET /v1/events` server-sent events."""
+
+    def __init__(self, base: str) -> None:
+        super().__init__(daemon=True)
+        self.resp = urllib.request.urlopen(f"{base}/v1/events", timeout=120)
+        self.events: list[dict] = []
+        self.connected = threading.Event()
+
+    def run(self) -> None:
+        try:
+            for raw in self.resp:
+                line = raw.decode().rstrip("\n")
+                if line.startswith(": connected"):
+                    self.connected.set()
+                if line.startswith("data: "):
+                    self.events.append(json.loads(line[6:]))
+        except (OSError, ValueError):
+            pass
+
+    def wait_for(self, pred, timeout_s: float = 30.0) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for e in list(self.events):
+                if pred(e):
+                    return e
+            time.sleep(0.05)
+        raise AssertionError(f"no matching event in {self.events[-10:]}")
+
+
+def test_transcribe_a_dozen_prompts_with_events_on_sse(daemon, dozen):
+    base = _listener(daemon, "tcp://").replace("tcp://", "http://")
+    sse = SseReader(base)
+    sse.start()
+    assert sse.connected.wait(10)
+    hyps, latencies, ids = [], [], []
+    for p in dozen:
+        out = _post_transcribe(base, p.path.read_bytes())
+        hyps.append(out["text"])
+        latencies += [s["latency_ms"] for s in out["segments"]]
+        ids.append(out["stream_id"])
+        assert out["segments"], (p.name, out)
+    score = wer([p.text for p in dozen], hyps)
+    lat = np.array(latencies)
+    print(f"\nWER {score:.2f}% on {len(dozen)} prompts; latency ms p50 "
+          f"{np.percentile(lat, 50):.0f} p95 {np.percentile(lat, 95):.0f}")
+    for p, h in zip(dozen, hyps, strict=True):
+        print(f"  {p.name}: {p.text!r} -> {h!r}")
+    assert score <= WER_MAX, list(zip([p.text for p in dozen], hyps, strict=True))
+    assert (lat >= 0).all() and (lat < 10_000).all()
+    # Every transcript is on the event bus too, with its latency, tagged with its stream.
+    for sid in ids:
+        ev = sse.wait_for(lambda e, sid=sid: e["type"] == "transcript" and e["stream"] == sid)
+        assert ev["latency_ms"] >= 0 and ev["text"]
+        sse.wait_for(lambda e, sid=sid: e["type"] == "voice_stopped" and e["stream"] == sid)
+
+
+def test_a_stream_that_stops_mid_utterance_still_gets_its_transcript(daemon):
+    base = _listener(daemon, "tcp://").replace("tcp://", "http://")
+    p = next(p for p in prompts() if p.name == "agent-alreadyon")
+    x = p.samples()
+    # Cut in the middle of speech: no trailing silence for the endpointer to find.
+    cut = x[: int(0.55 * x.shape[0])]
+    sse = SseReader(base)
+    sse.start()
+    assert sse.connected.wait(10)
+    out = _post_transcribe(base, _wav(cut, 8000))
+    words = out["text"].lower().replace(".", "").replace(",", "").split()
+    assert len(words) >= 3, out
+    assert set(words[:3]) <= set(p.text.lower().replace(".", "").split()), out
+    stop = sse.wait_for(lambda e: e["type"] == "voice_stopped"
+                        and e["stream"] == out["stream_id"])
+    assert stop["reason"] == "closed"
+
+
+def test_wyoming_transcribe_round_trip(daemon, dozen):
+    from wyoming.asr import Transcribe, Transcript
+    from wyoming.audio import AudioChunk, AudioStart, AudioStop
+    from wyoming.client import AsyncTcpClient
+
+    host, port = _listener(daemon, "wyoming+tcp://").removeprefix("wyoming+tcp://").rsplit(":", 1)
+    chosen = dozen[:3]
+
+    async def one(p: Prompt) -> str:
+        pcm = (p.samples() * 32767).astype("<i2").tobytes()
+        async with AsyncTcpClient(host, int(port)) as client:
+            await client.write_event(Transcribe(language="en").event())
+            await client.write_event(AudioStart(rate=8000, width=2, channels=1).event())
+            for i in range(0, len(pcm), 3200):  # 200 ms chunks
+                await client.write_event(AudioChunk(rate=8000, width=2, channels=1,
+                                                    audio=pcm[i: i + 3200]).event())
+            await client.write_event(AudioStop().event())
+            while True:
+                event = await asyncio.wait_for(client.read_event(), 60)
+                assert event is not None, "server closed before the transcript"
+                if Transcript.is_type(event.type):
+                    return Transcript.from_event(event).text
+
+    texts = asyncio.run(_gather(one, chosen))
+    score = wer([p.text for p in chosen], texts)
+    assert score <= WER_MAX, list(zip([p.text for p in chosen], texts, strict=True))
+
+
+async def _gather(fn, items):
+    return await asyncio.gather(*(fn(i) for i in items))

@@ -1,0 +1,104 @@
+"""End to end on the real daemon: real voice, real workers, clients we did not write."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import signal
+import wave
+
+import numpy as np
+import pytest
+import soxr
+from jiwer import wer
+from whisper_normalizer.english import EnglishTextNormalizer
+
+from cosyvoiced.listen.asr import WhisperAsr
+
+pytestmark = pytest.mark.e2e
+
+_norm = EnglishTextNormalizer()
+
+
+@pytest.fixture(scope="module")
+def judge() -> WhisperAsr:
+    return WhisperAsr()
+
+
+def _listener(d, prefix: str) -> str:
+    for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]:
+        if x.startswith(prefix):
+            return x
+    raise AssertionError(f"no {prefix} listener")
+
+
+def _transcribe_wav(judge: WhisperAsr, data: bytes) -> str:
+    with wave.open(io.BytesIO(data)) as w:
+        rate = w.getframerate()
+        # a streamed WAV declares an unknown (maximal) length: read to the end
+        pcm = np.frombuffer(w.readframes(1 << 30), dtype="<i2")
+    audio = pcm.astype(np.float32) / 32768.0
+    if rate != 16000:
+        audio = soxr.resample(audio, rate, 16000)
+    return judge.transcribe_audio(audio).text
+
+
+def test_openai_client_gets_a_wav_whisper_understands(daemon_factory, judge):
+    from openai import OpenAI
+
+    d = daemon_factory().start()
+    d.wait_ready()
+    base = _listener(d, "tcp://").replace("tcp://", "http://")
+    client = OpenAI(base_url=f"{base}/v1", api_key="not-needed", max_retries=0)
+    text = "Thank you for calling. Your order will arrive on Tuesday afternoon."
+    with client.audio.speech.with_streaming_response.create(
+            model="tts-1", voice="alloy", input=text, response_format="wav") as resp:
+        data = resp.read()
+    assert data[:4] == b"RIFF"
+    heard = _transcribe_wav(judge, data)
+    assert wer(_norm(text), _norm(heard)) <= 0.15, heard
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0
+
+
+def test_wyoming_synthesize_plain_and_streaming(daemon_factory, judge):
+    from wyoming.audio import AudioChunk
+    from wyoming.client import AsyncTcpClient
+    from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop
+
+    d = daemon_factory().start()
+    d.wait_ready()
+    host, port = _listener(d, "wyoming+tcp://").removeprefix("wyoming+tcp://").rsplit(":", 1)
+
+    async def collect(client: AsyncTcpClient, until: str) -> tuple[bytes, int]:
+        pcm, rate = b"", 0
+        while True:
+            ev = await asyncio.wait_for(client.read_event(), 60)
+            assert ev is not None and ev.type != "error", ev
+            if AudioChunk.is_type(ev.type):
+                chunk = AudioChunk.from_event(ev)
+                pcm, rate = pcm + chunk.audio, chunk.rate
+            if ev.type == until:
+                return pcm, rate
+
+    async def main() -> tuple[tuple[bytes, int], tuple[bytes, int]]:
+        async with AsyncTcpClient(host, int(port)) as client:
+            await client.write_event(Synthesize(text="Please hold while I transfer you.")
+                                     .event())
+            plain = await collect(client, "audio-stop")
+            await client.write_event(SynthesizeStart().event())
+            for part in ["Your balance is ", "forty two dollars. ", "Goodbye."]:
+                await client.write_event(SynthesizeChunk(text=part).event())
+            await client.write_event(SynthesizeStop().event())
+            streamed = await collect(client, "synthesize-stopped")
+        return plain, streamed
+
+    (pcm1, rate1), (pcm2, rate2) = asyncio.run(main())
+    for pcm, rate, text in ((pcm1, rate1, "Please hold while I transfer you."),
+                            (pcm2, rate2, "Your balance is forty two dollars. Goodbye.")):
+        audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+        heard = judge.transcribe_audio(soxr.resample(audio, rate, 16000)).text
+        assert wer(_norm(text), _norm(heard)) <= 0.2, heard
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0

@@ -1,0 +1,220 @@
+"""End to end: the real daemon process and systemd's notify protocol."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from cosyvoiced.runtime.notify import monotonic_usec
+
+pytestmark = pytest.mark.e2e
+
+
+def _post_unix(sock: str, path: str, body: dict) -> int:
+    out = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                          "--unix-socket", sock, "-X", "POST", "-H",
+                          "Content-Type: application/json", "-d", json.dumps(body),
+                          f"http://cosyvoiced{path}"], capture_output=True, text=True, timeout=30)
+    return int(out.stdout or 0)
+
+
+def test_lifecycle_ready_watchdog_reload_stop(daemon_factory):
+    d = daemon_factory(watchdog_usec=400_000).start()
+    ready_at = d.wait_ready()
+    # periodic WATCHDOG=1 every half interval (0.2 s)
+    time.sleep(1.5)
+    pings = d.notify.times("WATCHDOG", ready_at, time.monotonic())
+    assert len(pings) >= 4, pings
+    gaps = [b - a for a, b in zip(pings, pings[1:], strict=False)]
+    assert max(gaps) < 0.6, gaps
+
+    # SIGHUP: RELOADING=1 with a current MONOTONIC_USEC, then READY=1 again
+    before_us = monotonic_usec()
+    hup_at = time.monotonic()
+    d.signal(signal.SIGHUP)
+    _, reloading = d.notify.wait_for("RELOADING", "1", after=hup_at, timeout_s=10)
+    assert before_us <= int(reloading["MONOTONIC_USEC"]) <= monotonic_usec()
+    d.notify.wait_for("READY", "1", after=hup_at, timeout_s=10)
+
+    # status over the control socket
+    st = d.ctl("--json", "status")
+    assert st.returncode == 0, st.stderr
+    status = json.loads(st.stdout)
+    assert status["state"] == "ready" and status["streams"]["active"] == 0
+    human = d.ctl("status")
+    assert "state:    ready" in human.stdout and "uptime:" in human.stdout
+
+    # SIGTERM: STOPPING=1 and a clean exit
+    term_at = time.monotonic()
+    d.signal(signal.SIGTERM)
+    d.notify.wait_for("STOPPING", "1", after=term_at, timeout_s=10)
+    assert d.wait(30) == 0
+
+
+def test_frozen_event_loop_stops_watchdog_pings(daemon_factory):
+    d = daemon_factory(watchdog_usec=400_000, overrides=("service.health_stall_s=0.5",)).start()
+    d.wait_ready()
+    time.sleep(0.6)
+    assert _post_unix(str(d.socket), "/v1/debug/stall", {"seconds": 3}) == 202
+    t0 = time.monotonic()
+    time.sleep(3.0)
+    # after the stall limit (0.5 s) plus one ping interval, no ping may arrive
+    assert d.notify.times("WATCHDOG", t0 + 0.8, t0 + 2.9) == []
+    # once the loop runs again, pings resume
+    d.notify.wait_for("WATCHDOG", "1", after=t0 + 3.0, timeout_s=5)
+    assert any(e.get("event") == "watchdog_withheld" and "event_loop" in e.get("stalled", [])
+               for e in d.log_events())
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0
+
+
+def test_no_watchdog_pings_without_watchdog_usec(daemon_factory):
+    d = daemon_factory().start()
+    ready = d.wait_ready()
+    time.sleep(1.0)
+    assert d.notify.times("WATCHDOG", ready, time.monotonic()) == []
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0
+
+
+def test_sighup_with_broken_config_keeps_running(daemon_factory, tmp_path, repo_root):
+    cfg = tmp_path / "live.toml"
+    cfg.write_text((repo_root / "configs" / "dev.toml").read_text())
+    d = daemon_factory(config=cfg).start()
+    d.wait_ready()
+    cfg.write_text("[service]\nno_such_key = 1\n")
+    hup = time.monotonic()
+    d.signal(signal.SIGHUP)
+    d.notify.wait_for("READY", "1", after=hup, timeout_s=10)
+    assert d.proc.poll() is None
+    rejected = [e for e in d.log_events() if e.get("event") == "reload_rejected"]
+    assert rejected and "service.no_such_key" in rejected[0]["errors"][0]
+    assert d.ctl("status").returncode == 0
+
+    # a good change to a live key applies; a restart-only key is reported
+    cfg.write_text((repo_root / "configs" / "dev.toml").read_text()
+                   .replace('level = "info"', 'level = "debug"')
+                   .replace("count = 1", "count = 2"))
+    hup = time.monotonic()
+    d.signal(signal.SIGHUP)
+    d.notify.wait_for("READY", "1", after=hup, timeout_s=10)
+    time.sleep(0.3)
+    reloaded = [e for e in d.log_events() if e.get("event") == "reloaded"][-1]
+    assert "log.level" in reloaded["applied"]
+    assert "workers.count" in reloaded["needs_restart"]
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0
+
+
+def test_bad_config_at_start_exits_78(daemon_factory):
+    d = daemon_factory(overrides=("workers.onnx_threads=0",)).start()
+    assert d.wait(60) == 78
+    errors = [e for e in d.log_events() if e.get("event") == "bad_config"]
+    assert errors and "workers.onnx_threads" in errors[0]["errors"][0]
+    assert d.notify.messages == []
+
+
+def test_second_sigterm_cuts_the_drain(daemon_factory):
+    d = daemon_factory(overrides=("service.drain_timeout_s=60",)).start()
+    d.wait_ready()
+    port = json.loads(d.ctl("--json", "status").stdout)["listeners"]
+    assert any(p.startswith("tcp://127.0.0.1:") for p in port)
+    # hold a stream open so the drain has to wait
+    assert _post_unix(str(d.socket), "/v1/debug/hold-stream", {"seconds": 120}) == 202
+    d.signal(signal.SIGTERM)
+    time.sleep(1.0)
+    assert d.proc.poll() is None, "drain should wait for the active stream"
+    t0 = time.monotonic()
+    d.signal(signal.SIGTERM)
+    assert d.wait(10) == 128 + signal.SIGTERM
+    assert time.monotonic() - t0 < 5
+
+
+def test_healthz_and_readyz_over_tcp(daemon_factory):
+    d = daemon_factory().start()
+    d.wait_ready()
+    tcp = [x for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]
+           if x.startswith("tcp://")][0]
+    base = tcp.replace("tcp://", "http://")
+    with urllib.request.urlopen(f"{base}/healthz", timeout=10) as r:
+        assert json.load(r)["ok"] is True
+    with urllib.request.urlopen(f"{base}/readyz", timeout=10) as r:
+        assert json.load(r)["ready"] is True
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0
+
+
+def test_sigterm_waits_for_active_streams_then_exits_0(daemon_factory):
+    d = daemon_factory(overrides=("service.drain_timeout_s=30",)).start()
+    d.wait_ready()
+    # 4 s: long enough that a slow `cosyvoicectl` start on a busy box still sees it
+    assert _post_unix(str(d.socket), "/v1/debug/hold-stream", {"seconds": 4}) == 202
+    assert json.loads(d.ctl("--json", "status").stdout)["streams"]["active"] == 1
+    t0 = time.monotonic()
+    d.signal(signal.SIGTERM)
+    assert d.wait(30) == 0
+    took = time.monotonic() - t0
+    assert 1.0 < took < 15, took
+
+
+def test_metrics_scrape_parses_and_counts_streams(daemon_factory):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    d = daemon_factory().start()
+    d.wait_ready()
+    tcp = [x for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]
+           if x.startswith("tcp://")][0].replace("tcp://", "http://")
+
+    def scrape() -> dict[str, float]:
+        with urllib.request.urlopen(f"{tcp}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return {f"{s.name}{sorted(s.labels.items())}": s.value
+                for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+    before = scrape()
+    assert "cosyvoiced_worker_restarts_total[]" in before
+    assert _post_unix(str(d.socket), "/v1/debug/hold-stream", {"seconds": 5}) == 202
+    after = scrape()
+    assert after["cosyvoiced_active_streams[('kind', 'debug')]"] == 1
+    d.signal(signal.SIGTERM)
+    d.signal(signal.SIGTERM)
+    d.wait()
+
+
+def test_token_guards_tcp_but_not_the_control_socket(daemon_factory):
+    d = daemon_factory(overrides=('api.token="s3cret"',)).start()
+    d.wait_ready()
+    assert d.ctl("status").returncode == 0  # the Unix socket: file permissions guard it
+    tcp = [x for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]
+           if x.startswith("tcp://")][0].replace("tcp://", "http://")
+    try:
+        urllib.request.urlopen(f"{tcp}/v1/status", timeout=10)
+        raise AssertionError("TCP without a token was served")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 401
+    req = urllib.request.Request(f"{tcp}/v1/status", headers={"Authorization": "Bearer s3cret"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert json.load(r)["state"] == "ready"
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0
+
+
+def test_unread_notify_socket_never_freezes_the_daemon(daemon_factory):
+    # regression: STATUS= updates to a notify socket nobody reads blocked the event loop
+    d = daemon_factory(watchdog_usec=20_000).start()  # a ping every 10 ms fills it fast
+    d.wait_ready()
+    d.notify.paused.set()  # stop reading: the socket's queue fills up
+    time.sleep(8.0)
+    # change the STATUS= line, so the event loop itself has to notify
+    assert _post_unix(str(d.socket), "/v1/debug/hold-stream", {"seconds": 1}) == 202
+    time.sleep(3.0)
+    st = d.ctl("status")
+    assert st.returncode == 0, st.stderr
+    d.signal(signal.SIGTERM)
+    assert d.wait(30) == 0

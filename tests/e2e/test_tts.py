@@ -1,0 +1,217 @@
+"""End to end with the real bundled voice (en_US-joe-medium) on ONNX Runtime."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import wave
+
+import numpy as np
+import pytest
+
+from cosyvoiced.audio.codec import mulaw_decode
+from cosyvoiced.audio.resample import SUPPORTED_RATES_HZ
+from cosyvoiced.config.schema import TtsConfig
+from cosyvoiced.runtime.onnx import file_sha256
+from cosyvoiced.tts import errors
+from cosyvoiced.tts.request import SynthesisOptions
+from cosyvoiced.tts.synth import TtsEngine
+from cosyvoiced.tts.voices import BUNDLED_VOICE, bundled_voice, discover, kept_int8
+
+pytestmark = pytest.mark.e2e
+
+SENTENCE = ("Thank you for calling, your claim was approved today, and the payment "
+            "will arrive in five to seven business days.")
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def engine(cache_dir):
+    return TtsEngine(TtsConfig(precision="fp32", max_chars=500), cache_dir=cache_dir)
+
+
+def speak(engine, text, **kw):
+    chunks = list(engine.synthesize(text, SynthesisOptions(**kw)))
+    return chunks, np.concatenate([c.audio for c in chunks])
+
+
+def test_audio_is_speech_of_plausible_length(engine):
+    chunks, audio = speak(engine, SENTENCE, format="float32")
+    words = len(SENTENCE.split())
+    seconds = audio.size / chunks[0].rate_hz
+    assert words / 4.5 < seconds < words / 1.5  # 1.5 to 4.5 words per second
+    rms = float(np.sqrt(np.mean(audio ** 2)))
+    assert 0.02 < rms < 0.5
+    assert np.abs(audio).max() <= 1.0
+    # Speech is spread over the whole clip, not a blip followed by silence.
+    quarters = np.array_split(audio, 4)
+    assert all(np.sqrt(np.mean(q ** 2)) > 0.01 for q in quarters)
+    assert chunks[-1].is_last and not any(c.is_last for c in chunks[:-1])
+    assert [c.index for c in chunks] == list(range(len(chunks)))
+
+
+@pytest.mark.parametrize("rate_hz", SUPPORTED_RATES_HZ)
+def test_each_output_rate(engine, rate_hz):
+    chunks, audio = speak(engine, "Your balance is $49.99.", rate_hz=rate_hz, format="s16le",
+                          noise_scale=0.0, noise_w_scale=0.0)
+    assert {c.rate_hz for c in chunks} == {rate_hz}
+    assert all(len(c.data) == 2 * c.samples for c in chunks)
+    base, _ = speak(engine, "Your balance is $49.99.", format="float32", noise_scale=0.0,
+                    noise_w_scale=0.0)
+    native_s = sum(c.samples for c in base) / 22050
+    assert audio.size / rate_hz == pytest.approx(native_s, rel=0.01)
+    if rate_hz == 8000:  # nothing left above Nyquist of the target rate: energy below 4 kHz
+        spectrum = np.abs(np.fft.rfft(audio))
+        assert spectrum[: spectrum.size * 9 // 10].sum() > 0.95 * spectrum.sum()
+
+
+@pytest.mark.parametrize(("fmt", "width"), [("float32", 4), ("s16le", 2), ("mulaw", 1)])
+def test_each_format_encodes_the_audio(engine, fmt, width):
+    chunks, audio = speak(engine, "Please hold.", format=fmt, rate_hz=8000)
+    data = b"".join(c.data for c in chunks)
+    assert len(data) == width * audio.size
+    if fmt == "float32":
+        decoded = np.frombuffer(data, "<f4")
+    elif fmt == "s16le":
+        decoded = np.frombuffer(data, "<i2") / 32768.0
+    else:
+        decoded = mulaw_decode(np.frombuffer(data, np.uint8), dtype=np.float32)
+    tol = {"float32": 0.0, "s16le": 1 / 32768, "mulaw": 0.03}[fmt]
+    assert np.abs(decoded - audio).max() <= tol + 1e-6
+
+
+def test_first_chunk_leaves_before_the_sentence_is_synthesized(engine):
+    runs = []
+    real_run = engine._run
+
+    def counting_run(*args, **kwargs):
+        runs.append(time.perf_counter())
+        return real_run(*args, **kwargs)
+
+    engine._run = counting_run
+    try:
+        t0 = time.perf_counter()
+        stream = engine.synthesize(SENTENCE, SynthesisOptions())
+        first = next(stream)
+        t_first = time.perf_counter() - t0
+        runs_at_first = len(runs)
+        rest = list(stream)
+        t_all = time.perf_counter() - t0
+    finally:
+        del engine._run
+    assert runs_at_first == 1 and len(runs) == 1 + len(rest) >= 3
+    assert first.text and len(first.text) < len(SENTENCE) / 2
+    assert t_first < 0.6 * t_all
+
+
+def test_no_clicks_at_chunk_joins(engine):
+    chunks, audio = speak(engine, "Thank you for your patience, your order has shipped today. "
+                          "It should arrive on Friday; please keep your receipt, and call us.",
+                          format="float32", rate_hz=22050)
+    assert len(chunks) >= 3
+    # The seam between chunks: the speech ends faded, the next one starts faded.
+    for c in chunks[:-1]:
+        assert abs(float(c.audio[-1])) < 1e-3
+    for c in chunks[1:]:
+        assert abs(float(c.audio[0])) < 1e-3
+    # No sample-to-sample step at a seam larger than the loudest step inside speech.
+    seams = np.cumsum([c.samples for c in chunks])[:-1]
+    steps = np.abs(np.diff(audio))
+    around = np.concatenate([steps[max(0, s - 3):s + 3] for s in seams])
+    assert around.max() < 0.05 * steps.max() + 1e-4
+
+
+def test_cancel_stops_between_chunks(engine):
+    cancel = threading.Event()
+    stream = engine.synthesize(SENTENCE, SynthesisOptions(), cancel=cancel)
+    next(stream)
+    cancel.set()
+    assert list(stream) == []
+
+
+def test_speed_volume_and_ssml(engine):
+    _, normal = speak(engine, "Thank you for your patience.", noise_w_scale=0.0)
+    _, slow = speak(engine, "Thank you for your patience.", noise_w_scale=0.0, length_scale=1.5)
+    assert slow.size > 1.3 * normal.size
+    _, quiet = speak(engine, "Thank you for your patience.", volume=0.25, noise_scale=0.0,
+                     noise_w_scale=0.0)
+    _, loud = speak(engine, "Thank you for your patience.", noise_scale=0.0, noise_w_scale=0.0)
+    assert np.abs(quiet).max() == pytest.approx(0.25 * np.abs(loud).max(), rel=0.02)
+    chunks, audio = speak(engine, '<speak>Hello<break time="700ms"/>world</speak>', ssml=True,
+                          format="float32")
+    silence = chunks[0].audio[-int(0.7 * 22050):]
+    assert np.abs(silence).max() == 0.0
+
+
+def test_bad_input_is_typed_and_leaves_the_engine_working(engine):
+    cases = [("", {}, "empty_text"), ("x" * 501, {}, "text_too_long"),
+             (b"\xff\xfe", {}, "invalid_utf8"), ("a\x07b", {}, "control_characters"),
+             ("hi", {"voice": "nobody"}, "unknown_voice"),
+             ("hi", {"voice": "../../etc/passwd"}, "invalid_voice_name"),
+             ("hi", {"rate_hz": 44100}, "unsupported_rate"), ("hi", {"format": "opus"},
+                                                                "unsupported_format"),
+             ("<speak>hi", {"ssml": True}, "bad_ssml"), ("[[ ]]", {}, "empty_text"),
+             ("<speak> </speak>", {"ssml": True}, "empty_text"), ("hi", {"speaker": 3}, "unknown_speaker")]
+    for text, kw, code in cases:
+        with pytest.raises(errors.TtsError) as err:
+            engine.synthesize(text, SynthesisOptions(**kw))  # raised before any audio
+        assert err.value.code == code
+    with pytest.raises(errors.UnknownVoice, match=BUNDLED_VOICE):
+        engine.synthesize("hi", SynthesisOptions(voice="nobody"))
+    chunks, audio = speak(engine, "Still working.")
+    assert audio.size > 0
+
+
+def test_voices_dir_and_kept_int8_variant(tmp_path, cache_dir):
+    voices = tmp_path / "voices"
+    voices.mkdir()
+    src = bundled_voice()
+    (voices / "agent.onnx").symlink_to(src.model_path)
+    shutil.copy(src.config_path, voices / "agent.onnx.json")
+    (voices / "lonely.onnx").write_bytes(b"")  # no .json: not a voice
+    assert sorted(discover([str(voices)])) == ["agent", BUNDLED_VOICE]
+    metas = TtsEngine(TtsConfig(voices_dirs=(str(voices),))).voices()
+    assert [(m.name, m.language, m.sample_rate_hz, m.quality) for m in metas] == [
+        ("agent", "en_US", 22050, "medium"), (BUNDLED_VOICE, "en_US", 22050, "medium")]
+    state = tmp_path / "state"
+    files = discover([str(voices)])["agent"]
+    assert kept_int8(files, state) is None
+    # A kept variant (here: a copy standing in for it) with a passing manifest is used.
+    variant = state / "voices" / "agent"
+    variant.mkdir(parents=True)
+    shutil.copy(src.model_path, variant / "agent.static.onnx")
+    manifest = {"model": "agent.static.onnx", "passed": True,
+                "source_sha256": file_sha256(src.model_path)}
+    (variant / "manifest.json").write_text(json.dumps(manifest))
+    engine = TtsEngine(TtsConfig(voices_dirs=(str(voices),)), cache_dir=cache_dir,
+                       state_dir=str(state))
+    assert engine.voice("agent", "auto").precision == "int8"
+    assert engine.voice("agent", "fp32").precision == "fp32"
+    manifest["source_sha256"] = "0" * 64  # built from another model: ignored
+    (variant / "manifest.json").write_text(json.dumps(manifest))
+    assert kept_int8(files, state) is None
+    with pytest.raises(errors.NoInt8Variant):
+        TtsEngine(TtsConfig(voices_dirs=(str(voices),)), state_dir=str(state)).voice("agent", "int8")
+
+
+def test_say_cli_wav_and_stdout(tmp_path):
+    out = tmp_path / "out.wav"
+    cmd = [sys.executable, "-m", "cosyvoiced.tts.cli", "say", "Your code is B4T.", "-o", str(out),
+           "--rate", "16000", "--precision", "fp32", "--set", f"service.cache_dir={tmp_path}"]
+    subprocess.run(cmd, check=True, timeout=120)
+    with wave.open(str(out)) as w:
+        assert (w.getframerate(), w.getsampwidth(), w.getnchannels()) == (16000, 2, 1)
+        assert w.getnframes() > 16000
+    raw = subprocess.run(cmd[:5] + ["-o", "-", "--rate", "8000", "--format", "mulaw", "--precision",
+                                    "fp32"], check=True, capture_output=True, timeout=120).stdout
+    assert len(raw) > 8000 and b"{" not in raw[:200]  # audio only: logs go to stderr
+    bad = subprocess.run(cmd[:4] + ["", "-o", "-"], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "empty_text" in bad.stderr

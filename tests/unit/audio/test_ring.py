@@ -1,0 +1,249 @@
+"""SPSC shared-memory ring: wrap-around, policies, counters, two processes, allocations."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import sys
+import time
+import tracemalloc
+from collections import deque
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cosyvoiced.audio.ring import Ring, RingError
+
+
+@pytest.fixture
+def make_ring():
+    made: list[Ring] = []
+
+    def make(*args, **kwargs) -> Ring:
+        ring = Ring.create(*args, **kwargs)
+        made.append(ring)
+        return ring
+
+    yield make
+    for ring in made:
+        ring.close()
+        ring.unlink()
+
+
+ops = st.lists(st.tuples(st.sampled_from(["w", "r"]), st.integers(0, 40)), max_size=60)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=ops, cap_pow=st.integers(0, 5), channels=st.integers(1, 3),
+       policy=st.sampled_from(["drop", "refuse"]), playing=st.booleans())
+def test_ring_matches_a_fifo_model(ops, cap_pow, channels, policy, playing):
+    ring = Ring.create(1 << cap_pow, channels=channels, dtype=np.int16, policy=policy)
+    try:
+        cap = ring.capacity_frames
+        assert cap == 1 << cap_pow
+        ring.set_playing(playing)
+        model: deque[int] = deque()
+        nxt = 0
+        overruns = dropped = underruns = under_frames = 0
+        written = read = 0
+        for op, k in ops:
+            if op == "w":
+                seq = np.arange(nxt, nxt + k) % 30000
+                frames = np.repeat(seq[:, None], channels, axis=1).astype(np.int16)
+                if channels == 1:
+                    frames = frames[:, 0]
+                got = ring.write(frames)
+                room = cap - len(model)
+                if k > room and policy == "drop":
+                    assert got == 0
+                    overruns += 1
+                    dropped += k
+                else:
+                    assert got == min(k, room)
+                model.extend(seq[:got].tolist())
+                nxt += got
+                written += got
+            else:
+                out = np.full((k, channels) if channels > 1 else (k,), -1, np.int16)
+                got = ring.read_into(out)
+                expect = [model.popleft() for _ in range(min(k, len(model)))]
+                assert got == len(expect)
+                flat = out if channels == 1 else out[:, channels - 1]
+                assert flat[:got].tolist() == expect
+                assert (out[got:] == -1).all()  # the rest is untouched
+                if got < k and playing:
+                    underruns += 1
+                    under_frames += k - got
+                read += got
+            s = ring.stats()
+            assert s.fill_frames == len(model) == ring.available()
+            assert ring.room() == cap - len(model)
+            assert (s.written_frames, s.read_frames) == (written, read)
+            assert (s.overruns, s.dropped_frames) == (overruns, dropped)
+            assert (s.underruns, s.underrun_frames) == (underruns, under_frames)
+    finally:
+        ring.close()
+        ring.unlink()
+
+
+def test_capacity_rounds_up_to_power_of_two(make_ring):
+    assert make_ring(1000).capacity_frames == 1024
+    assert make_ring(1024).capacity_frames == 1024
+    assert make_ring(1).capacity_frames == 1
+
+
+def test_counters_wrap_many_times(make_ring):
+    ring = make_ring(8, dtype=np.float32)
+    out = np.empty(5, np.float32)
+    for i in range(1000):
+        x = np.arange(5 * i, 5 * i + 5, dtype=np.float32)
+        assert ring.write(x) == 5
+        assert ring.read_into(out) == 5
+        np.testing.assert_array_equal(out, x)
+    assert ring.stats().written_frames == 5000
+
+
+def test_flush_request_is_honoured_by_consumer(make_ring):
+    ring = make_ring(64, policy="refuse")
+    ring.write(np.ones(40, np.float32))
+    ring.request_flush()
+    out = np.zeros(10, np.float32)
+    assert ring.read_into(out) == 0
+    assert ring.available() == 0
+    ring.write(np.full(10, 2.0, np.float32))
+    assert ring.read_into(out) == 10 and (out == 2.0).all()
+
+
+def test_flush_keeps_what_was_written_after_the_request(make_ring):
+    # regression: a flush honoured late used to discard the next utterance's start too
+    ring = make_ring(64, policy="refuse")
+    ring.write(np.ones(20, np.float32))
+    ring.request_flush()
+    ring.write(np.full(8, 3.0, np.float32))
+    out = np.zeros(10, np.float32)
+    assert ring.read_into(out) == 8 and (out[:8] == 3.0).all()
+    ring.request_flush()  # nothing new written since the last flush point: no-op
+    ring.write(np.full(4, 5.0, np.float32))
+    ring.request_flush()
+    assert ring.read_into(out) == 0
+
+
+def test_attach_sees_the_same_ring(make_ring):
+    ring = make_ring(256, channels=2, dtype=np.int16, policy="refuse")
+    other = Ring.attach(ring.name)
+    try:
+        assert (other.capacity_frames, other.channels, other.dtype, other.policy) == (
+            256, 2, np.dtype(np.int16), "refuse")
+        ring.write(np.ones((10, 2), np.int16))
+        out = np.zeros((16, 2), np.int16)
+        ring.set_playing(True)
+        assert other.read_into(out) == 10
+        assert ring.stats().underruns == 1  # consumer counted, producer sees it
+        with pytest.raises(RingError, match="only its creator"):
+            other.unlink()
+    finally:
+        other.close()
+
+
+def test_bad_input_is_typed(make_ring):
+    ring = make_ring(16, channels=2)
+    with pytest.raises(RingError):
+        ring.write(np.zeros((4, 2), np.int16))
+    with pytest.raises(RingError):
+        ring.write(np.zeros(4, np.float32))
+    with pytest.raises(RingError, match="no ring named"):
+        Ring.attach("cv-no-such-ring")
+    with pytest.raises(RingError):
+        Ring.create(16, dtype=np.float64)
+    with pytest.raises(RingError):
+        Ring.create(16, policy="overwrite")  # type: ignore[arg-type]
+    assert RingError.code == "ring_error"
+
+
+def test_steady_state_allocates_nothing(make_ring):
+    period = 4096  # large: any per-call data buffer would dwarf object churn
+    ring = make_ring(3 * period + 7, dtype=np.float32, policy="drop")
+    src = np.arange(period, dtype=np.float32)
+    dst = np.empty(period, np.float32)
+
+    def cycle():
+        ring.write(src)
+        ring.write(src)
+        ring.read_into(dst)
+        ring.read_into(dst)
+        ring.available()
+
+    for _ in range(100):
+        cycle()
+    blocks0 = sys.getallocatedblocks()
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        tracemalloc.reset_peak()
+        for _ in range(20000):
+            cycle()
+        cur, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert ring.stats().written_frames == 20100 * 2 * period  # wrapped thousands of times
+    assert cur - base < 512, (base, cur)
+    assert peak - base < period, (base, peak)  # no transient data buffer
+    assert abs(sys.getallocatedblocks() - blocks0) < 50
+
+
+def _produce(name: str, duration_s: float, total, done) -> None:
+    ring = Ring.attach(name)
+    rng = np.random.default_rng(7)
+    sizes = rng.integers(1, 700, 4096)
+    base = np.arange(1024, dtype=np.uint32)
+    frames = np.empty((1024, 2), np.int16)
+    seq = 0
+    k = 0
+    t_end = time.monotonic() + duration_s
+    while time.monotonic() < t_end:
+        n = int(sizes[k & 4095])
+        k += 1
+        vals = base[:n] + np.uint32(seq)
+        frames[:n, 0] = (vals & 0xFFFF).astype(np.uint16).view(np.int16)
+        frames[:n, 1] = (vals >> 16).astype(np.uint16).view(np.int16)
+        off = 0
+        while off < n:
+            off += ring.write(frames[off:n])
+        seq += n
+    total.value = seq
+    done.set()
+    ring.close()
+
+
+def test_two_processes_every_sample_once_in_order(make_ring):
+    ring = make_ring(4096, channels=2, dtype=np.int16, policy="refuse")
+    ctx = mp.get_context("spawn")
+    total = ctx.Value("q", -1)
+    done = ctx.Event()
+    child = ctx.Process(target=_produce, args=(ring.name, 10.0, total, done))
+    child.start()
+    out = np.empty((900, 2), np.int16)
+    rng = np.random.default_rng(3)
+    got = 0
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            n = ring.read_into(out[: int(rng.integers(1, 900))])
+            if n:
+                lo = out[:n, 0].view(np.uint16).astype(np.uint64)
+                hi = out[:n, 1].view(np.uint16).astype(np.uint64)
+                seq = lo | (hi << np.uint64(16))
+                expect = np.arange(got, got + n, dtype=np.uint64)
+                if not np.array_equal(seq, expect):
+                    bad = int(np.argmax(seq != expect))
+                    pytest.fail(f"frame {got + bad}: got {seq[bad]}, want {expect[bad]}")
+                got += n
+            elif done.is_set() and got == total.value:
+                break
+    finally:
+        child.join(30)
+    assert child.exitcode == 0
+    assert got == total.value > 1_000_000
+    s = ring.stats()
+    assert s.written_frames == s.read_frames == got and s.overruns == 0

@@ -1,0 +1,127 @@
+"""journald native entries and the JSON-lines fallback."""
+
+from __future__ import annotations
+
+import io
+import json
+import signal
+import socket
+import struct
+
+import pytest
+import structlog
+
+from cosyvoiced.runtime.log import encode_journal_entry, journal_field_name, setup_logging
+
+
+def parse_entry(data: bytes) -> dict[str, str]:
+    """journald's native format, as journald itself parses it."""
+    fields: dict[str, str] = {}
+    i = 0
+    while i < len(data):
+        nl = data.index(b"\n", i)
+        line = data[i:nl]
+        if b"=" in line:
+            k, v = line.split(b"=", 1)
+            fields[k.decode()] = v.decode()
+            i = nl + 1
+        else:
+            (n,) = struct.unpack("<Q", data[nl + 1:nl + 9])
+            fields[line.decode()] = data[nl + 9:nl + 9 + n].decode()
+            i = nl + 9 + n + 1
+    return fields
+
+
+def test_field_names_are_journald_safe():
+    assert journal_field_name("call_id") == "CALL_ID"
+    assert journal_field_name("latency-ms") == "LATENCY_MS"
+    assert journal_field_name("_private") == "PRIVATE"
+    assert journal_field_name("3d") == "F_3D"
+
+
+def test_multiline_values_are_length_prefixed():
+    entry = encode_journal_entry({"MESSAGE": "a\nb", "X": "y"})
+    assert parse_entry(entry) == {"MESSAGE": "a\nb", "X": "y"}
+
+
+@pytest.fixture
+def journal(tmp_path):
+    path = tmp_path / "journal.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(path))
+    sock.settimeout(10)
+    yield path, sock
+    sock.close()
+
+
+def test_journald_sink_sends_fields(journal):
+    path, sock = journal
+    assert setup_logging("info", "journald", str(path)) == "journald"
+    log = structlog.get_logger("t")
+    log.info("transcript_ready", call_id="c-42", latency_ms=310, rtf=0.12)
+    log.debug("dropped below level")
+    try:
+        raise ValueError("bad frame")
+    except ValueError:
+        log.exception("frame_failed", stream_id="s1")
+    first = parse_entry(sock.recv(65536))
+    assert first["MESSAGE"] == "transcript_ready"
+    assert first["PRIORITY"] == "6" and first["SYSLOG_IDENTIFIER"] == "cosyvoiced"
+    assert first["CALL_ID"] == "c-42" and first["LATENCY_MS"] == "310" and first["RTF"] == "0.12"
+    assert first["CODE_FILE"].endswith("test_logging.py") and first["CODE_FUNC"]
+    assert int(first["CODE_LINE"]) > 0
+    second = parse_entry(sock.recv(65536))
+    assert second["MESSAGE"] == "frame_failed" and second["PRIORITY"] == "3"
+    assert "ValueError: bad frame" in second["EXCEPTION"] and second["STREAM_ID"] == "s1"
+
+
+def test_huge_entry_goes_through_a_memfd(journal):
+    path, sock = journal
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+    setup_logging("info", "journald", str(path))
+    structlog.get_logger("t").info("big", blob="x" * 400_000)
+    msg, anc, _flags, _addr = sock.recvmsg(65536, socket.CMSG_SPACE(4))
+    if anc:  # passed as a file descriptor, the way journald accepts large entries
+        fd = struct.unpack("i", anc[0][2][:4])[0]
+        import os
+        data = os.pread(fd, 1 << 20, 0)
+        os.close(fd)
+    else:
+        data = msg
+    assert parse_entry(data)["BLOB"] == "x" * 400_000
+
+
+def test_json_sink_one_object_per_line():
+    out = io.StringIO()
+    setup_logging("debug", "json", stream=out)
+    structlog.get_logger("t").info("hello", call_id="abc")
+    structlog.get_logger("t").debug("detail", n=1)
+    lines = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert lines[0]["event"] == "hello" and lines[0]["call_id"] == "abc"
+    assert lines[0]["level"] == "info" and "timestamp" in lines[0]
+    assert lines[1]["event"] == "detail"
+
+
+def test_auto_sink_picks_journald_under_systemd(journal, monkeypatch):
+    path, _ = journal
+    monkeypatch.delenv("JOURNAL_STREAM", raising=False)
+    monkeypatch.delenv("INVOCATION_ID", raising=False)
+    assert setup_logging("info", "auto", str(path)) == "json"
+    monkeypatch.setenv("INVOCATION_ID", "0123")
+    assert setup_logging("info", "auto", str(path)) == "journald"
+
+
+@pytest.mark.e2e
+def test_daemon_logs_to_a_journal_socket(daemon_factory, journal):
+    path, sock = journal
+    d = daemon_factory(overrides=("log.sink=journald", f'log.journal_socket="{path}"')).start()
+    d.wait_ready()
+    seen = {}
+    while "ready" not in seen:
+        entry = parse_entry(sock.recv(65536))
+        seen[entry["MESSAGE"]] = entry
+    ready = seen["ready"]
+    assert ready["SYSLOG_IDENTIFIER"] == "cosyvoiced" and ready["PRIORITY"] == "6"
+    assert "STARTUP_S" in ready and ready["CODE_FILE"].endswith("service.py")
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0

@@ -1,0 +1,346 @@
+"""HTTP API routes over a real aiohttp server, with the Speech interface faked."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import struct
+import wave
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+from aiohttp import ClientSession, WSMsgType
+from aiohttp.test_utils import TestServer
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cosyvoiced.listen.events import EventBus, Transcript
+from cosyvoiced.runtime.metrics import Metrics
+from cosyvoiced.serve.http.app import make_app
+from cosyvoiced.serve.streams import Streams
+from tests.fakes.speech import FakeSpeech
+
+
+@dataclass
+class FakeDaemon:
+    speech: FakeSpeech = field(default_factory=FakeSpeech)
+    streams: Streams = field(default_factory=lambda: Streams(100))
+    metrics: Metrics = field(default_factory=Metrics)
+    bus: EventBus = field(default_factory=EventBus)
+    audiosocket: object = None
+    ready: bool = True
+    debug: bool = False
+
+    def status(self):
+        return {"state": "ready"}
+
+    def healthy(self):
+        return True, []
+
+
+def run(coro_fn, daemon: FakeDaemon | None = None):
+    daemon = daemon or FakeDaemon()
+
+    async def main():
+        server = TestServer(make_app(daemon))
+        await server.start_server()
+        try:
+            async with ClientSession(base_url=str(server.make_url(""))) as http:
+                return await coro_fn(http, daemon)
+        finally:
+            await server.close()
+    return asyncio.run(main())
+
+
+def test_tts_streams_wav_with_timing_header():
+    async def go(http, daemon):
+        async with http.post("/v1/tts", json={"text": "one two three"}) as r:
+            assert r.status == 200
+            assert r.headers["Content-Type"] == "audio/wav"
+            assert float(r.headers["X-Time-To-First-Audio-Ms"]) >= 0
+            body = await r.read()
+        assert body[:4] == b"RIFF" and body[8:12] == b"WAVE"
+        rate = struct.unpack("<I", body[24:28])[0]
+        assert rate == 22050 and len(body) - 44 == 3 * 2205 * 2
+        assert len(daemon.streams) == 0  # the stream closed
+    run(go)
+
+
+def test_tts_sends_rtf_and_audio_length_as_trailers():
+    """A client that reads trailers (h11) gets the RTF once the audio is out; the
+    connection stays usable for a second request (the chunked framing is intact)."""
+    import h11
+
+    async def main():
+        server = TestServer(make_app(FakeDaemon()))
+        await server.start_server()
+        try:
+            reader, writer = await asyncio.open_connection(server.host, server.port)
+            conn = h11.Connection(h11.CLIENT)
+            results = []
+            for _ in range(2):
+                body = json.dumps({"text": "one two three"}).encode()
+                writer.write(conn.send(h11.Request(
+                    method="POST", target="/v1/tts",
+                    headers=[("Host", "x"), ("Content-Type", "application/json"),
+                             ("Content-Length", str(len(body)))])))
+                writer.write(conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage()))
+                audio, head, trailers = b"", None, None
+                while trailers is None:
+                    ev = conn.next_event()
+                    if ev is h11.NEED_DATA:
+                        conn.receive_data(await reader.read(65536))
+                    elif isinstance(ev, h11.Response):
+                        head = dict(ev.headers)
+                    elif isinstance(ev, h11.Data):
+                        audio += ev.data
+                    elif isinstance(ev, h11.EndOfMessage):
+                        trailers = dict(ev.headers)
+                results.append((head, audio, trailers))
+                conn.start_next_cycle()
+            writer.close()
+            return results
+        finally:
+            await server.close()
+
+    for head, audio, trailers in asyncio.run(main()):
+        assert head[b"trailer"] == b"X-Audio-Seconds, X-Real-Time-Factor"
+        assert len(audio) == 44 + 3 * 2205 * 2
+        assert float(trailers[b"x-audio-seconds"]) == pytest.approx(3 * 2205 / 22050, abs=1e-3)
+        assert float(trailers[b"x-real-time-factor"]) > 0
+
+
+def test_tts_options_reach_the_engine():
+    async def go(http, daemon):
+        body = {"text": "hi there", "voice": "en_US-joe-medium", "speed": 2.0, "rate_hz": 8000,
+                "format": "mulaw", "volume": 0.5, "ssml": False}
+        async with http.post("/v1/tts", json=body) as r:
+            assert r.status == 200 and r.headers["Content-Type"] == "audio/basic"
+        _, opts = daemon.speech.requests[-1]
+        assert (opts.length_scale, opts.rate_hz, opts.format, opts.volume) == (0.5, 8000,
+                                                                               "mulaw", 0.5)
+    run(go)
+
+
+@pytest.mark.parametrize("kwargs,status,code", [
+    ({"json": {"text": "  "}}, 400, "empty_text"),
+    ({"json": {"text": "x" * 6000}}, 413, "text_too_long"),
+    ({"json": {"text": "hi", "voice": "../etc"}}, 400, "unknown_voice"),
+    ({"json": {"text": "hi", "rate_hz": 11025}}, 400, "unsupported_rate"),
+    ({"json": {"text": "hi", "format": "mp3"}}, 400, "unsupported_format"),
+    ({"json": {"text": "hi", "speed": 9}}, 400, "bad_parameter"),
+    ({"json": {"text": 5}}, 400, "bad_field"),
+    ({"json": {}}, 400, "missing_field"),
+    ({"json": [1]}, 400, "bad_json"),
+    ({"data": b"{nope", "headers": {"Content-Type": "application/json"}}, 400, "bad_json"),
+    ({"data": b'{"text": "\xff"}', "headers": {"Content-Type": "application/json"}}, 400,
+     "invalid_utf8"),
+    ({"data": b"text", "headers": {"Content-Type": "text/plain"}}, 415,
+     "unsupported_media_type"),
+    ({"json": {"text": "hi\x07"}}, 400, "control_characters"),
+])
+def test_tts_error_paths(kwargs, status, code):
+    async def go(http, daemon):
+        async with http.post("/v1/tts", **kwargs) as r:
+            assert r.status == status, await r.text()
+            assert (await r.json())["error"]["code"] == code
+    run(go)
+
+
+def test_overloaded_and_cap_are_503():
+    async def go(http, daemon):
+        async with http.post("/v1/tts", json={"text": "hi"}) as r:
+            assert r.status == 503 and (await r.json())["error"]["code"] == "overloaded"
+        daemon.speech.capacity = 100
+        daemon.streams.max_streams = 0
+        async with http.post("/v1/tts", json={"text": "hi"}) as r:
+            assert r.status == 503 and (await r.json())["error"]["code"] == "overloaded"
+    run(go, FakeDaemon(speech=FakeSpeech(capacity=0)))
+
+
+def test_body_too_large_is_413():
+    async def go(http, daemon):
+        async with http.post("/v1/tts", data=io.BytesIO(b"x" * (65 * 1024 * 1024)),
+                             headers={"Content-Type": "application/json"}) as r:
+            assert r.status == 413
+            assert (await r.json())["error"]["code"] == "request_entity_too_large"
+    run(go)
+
+
+def test_unknown_route_is_json_404():
+    async def go(http, daemon):
+        async with http.get("/v1/nothing") as r:
+            assert r.status == 404 and (await r.json())["error"]["code"] == "not_found"
+        async with http.get("/v1/tts") as r:
+            assert r.status == 405
+            assert (await r.json())["error"]["code"] == "method_not_allowed"
+    run(go)
+
+
+def test_openai_speech_wav_and_pcm():
+    async def go(http, daemon):
+        body = {"model": "tts-1", "input": "a b", "voice": "alloy", "response_format": "pcm",
+                "speed": 1.0}
+        async with http.post("/v1/audio/speech", json=body) as r:
+            assert r.status == 200 and r.headers["X-Sample-Rate"] == "22050"
+        _, opts = daemon.speech.requests[-1]
+        assert opts.voice is None and opts.rate_hz == 24000 and opts.format == "s16le"
+        body["response_format"] = "mp3"
+        async with http.post("/v1/audio/speech", json=body) as r:
+            assert r.status == 400
+    run(go)
+
+
+def test_voices_and_streams():
+    async def go(http, daemon):
+        async with http.get("/v1/voices") as r:
+            assert (await r.json())["voices"][0]["name"] == "en_US-joe-medium"
+        daemon.streams.open("call", "abc")
+        async with http.get("/v1/streams") as r:
+            assert [s["id"] for s in (await r.json())["streams"]] == ["abc"]
+    run(go)
+
+
+def _wav(samples: np.ndarray, rate: int) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(samples.astype("<i2").tobytes())
+    return buf.getvalue()
+
+
+def test_transcribe_wav_and_raw_pcm():
+    audio = np.zeros(8000, dtype=np.int16)
+    audio[2000:4000] = 12000
+
+    async def go(http, daemon):
+        async with http.post("/v1/transcribe", data=_wav(audio, 8000),
+                             headers={"Content-Type": "audio/wav"}) as r:
+            out = await r.json()
+            assert r.status == 200, out
+        assert out["text"] == "2000 samples" and out["segments"][0]["start_ms"] == 250
+        assert out["duration_s"] == 1.0
+        async with http.post("/v1/transcribe?rate_hz=8000", data=audio.tobytes(),
+                             headers={"Content-Type": "application/octet-stream"}) as r:
+            assert (await r.json())["text"] == "2000 samples"
+        for data, ctype, code in [(b"", "audio/wav", "empty_audio"),
+                                  (b"RIFFjunk", "audio/wav", "bad_wav"),
+                                  (b"\x00\x00\x00", "application/octet-stream", "bad_audio"),
+                                  (b"\x00\x00", "text/plain", "unsupported_media_type"),
+                                  (_wav(audio, 11025), "audio/wav", "unsupported_rate")]:
+            async with http.post("/v1/transcribe", data=data,
+                                 headers={"Content-Type": ctype}) as r:
+                assert r.status in (400, 415)
+                assert (await r.json())["error"]["code"] == code
+        assert len(daemon.streams) == 0
+    run(go)
+
+
+def test_sse_events_filtered_by_stream():
+    async def go(http, daemon):
+        async with http.get("/v1/events?stream=call-1") as r:
+            assert r.headers["Content-Type"] == "text/event-stream"
+            assert await r.content.readuntil(b"\n\n") == b": connected\n\n"
+            daemon.bus.publish(Transcript("other", 0, 10, 1.0, 0.1, stream="call-2"))
+            daemon.bus.publish(Transcript("mine", 0, 10, 1.0, 0.1, stream="call-1"))
+            block = (await asyncio.wait_for(r.content.readuntil(b"\n\n"), 5)).decode()
+        lines = block.strip().splitlines()
+        assert lines[0] == "event: transcript"
+        assert json.loads(lines[1].removeprefix("data: "))["text"] == "mine"
+    run(go)
+
+
+def test_websocket_duplex_say_stop_and_events():
+    audio = np.zeros(16000, dtype=np.int16)
+    audio[4000:8000] = 10000
+
+    async def go(http, daemon):
+        async with http.ws_connect("/v1/stream?rate_hz=16000&out_rate_hz=22050") as ws:
+            assert (await ws.receive_json())["type"] == "ready"
+            await ws.send_bytes(audio.tobytes())
+            got = [await ws.receive_json(), await ws.receive_json()]
+            assert [g["type"] for g in got] == ["voice_started", "voice_stopped"]
+            await ws.send_str(json.dumps({"type": "say", "text": "a b c"}))
+            audio_bytes = 0
+            while True:
+                msg = await asyncio.wait_for(ws.receive(), 5)
+                if msg.type == WSMsgType.BINARY:
+                    audio_bytes += len(msg.data)
+                elif json.loads(msg.data)["type"] == "spoken":
+                    break
+            assert audio_bytes == 3 * 2205 * 2
+            await ws.send_str(json.dumps({"type": "stop"}))
+            assert (await ws.receive_json())["type"] == "stopped"
+            await ws.send_str("garbage")
+            assert (await ws.receive_json())["error"]["code"] == "bad_json"
+            await ws.send_bytes(b"\x01")
+            assert (await ws.receive_json())["error"]["code"] == "bad_audio"
+            await ws.close()
+        await asyncio.sleep(0.1)
+        assert len(daemon.streams) == 0
+    run(go)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+                    lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(), c,
+                                                                        max_size=4),
+                    max_leaves=8),
+       st.sampled_from(["/v1/tts", "/v1/audio/speech"]))
+def test_fuzz_json_bodies_never_500(body, path):
+    async def go(http, daemon):
+        payload = body if not isinstance(body, dict) else {**body}
+        async with http.post(path, data=json.dumps(payload),
+                             headers={"Content-Type": "application/json"}) as r:
+            assert r.status in (200, 400, 413, 503), await r.text()
+            if r.status != 200:
+                assert "code" in (await r.json())["error"]
+    run(go)
+
+
+def test_bearer_token_over_tcp():
+    async def main():
+        server = TestServer(make_app(FakeDaemon(), token="s3cret"))
+        await server.start_server()
+        try:
+            async with ClientSession(base_url=str(server.make_url(""))) as http:
+                async with http.get("/v1/voices") as r:
+                    assert r.status == 401
+                    assert (await r.json())["error"]["code"] == "unauthorized"
+                async with http.get("/v1/voices",
+                                    headers={"Authorization": "Bearer wrong"}) as r:
+                    assert r.status == 401
+                async with http.get("/v1/voices",
+                                    headers={"Authorization": "Bearer s3cret"}) as r:
+                    assert r.status == 200
+                async with http.get("/healthz") as r:  # probes stay open
+                    assert r.status == 200
+        finally:
+            await server.close()
+    asyncio.run(main())
+
+
+def test_websocket_end_sends_each_transcript_once():
+    # regression: transcripts already forwarded as events were sent again at close
+    audio = np.zeros(16000, dtype=np.int16)
+    audio[4000:8000] = 10000
+    tail = (np.ones(800, dtype=np.int16) * 9000)  # speech still open at "end"
+
+    async def go(http, daemon):
+        async with http.ws_connect("/v1/stream?rate_hz=16000") as ws:
+            assert (await ws.receive_json())["type"] == "ready"
+            await ws.send_bytes(audio.tobytes())
+            await ws.send_bytes(tail.tobytes())
+            await ws.send_str(json.dumps({"type": "end"}))
+            types = []
+            async for msg in ws:
+                if msg.type == WSMsgType.TEXT:
+                    types.append(json.loads(msg.data)["type"])
+        return types
+    types = run(go)
+    assert types[-1] == "ended"
+    assert types.count("transcript") == 2, types  # the first utterance and the open one

@@ -1,0 +1,198 @@
+"""Wyoming server, driven by the `wyoming` package's own client classes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from wyoming.asr import Transcribe, Transcript
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.error import Error
+from wyoming.info import Describe, Info
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+    SynthesizeVoice,
+)
+from wyoming.vad import VoiceStarted, VoiceStopped
+
+from cosyvoiced.serve.streams import Streams
+from cosyvoiced.serve.wyoming.server import WyomingServer
+from cosyvoiced.serve.wyoming.wire import WyomingProtocolError, parse_header
+from tests.fakes.speech import FakeSpeech
+
+
+async def _server(speech: FakeSpeech | None = None) -> tuple[WyomingServer, int]:
+    server = WyomingServer(speech or FakeSpeech(), Streams(100), "tcp://127.0.0.1:0")
+    await server.start()
+    return server, int(server.bound.rsplit(":", 1)[1])
+
+
+async def _collect(client: AsyncTcpClient, until: str, limit: int = 500) -> list:
+    events = []
+    for _ in range(limit):
+        ev = await asyncio.wait_for(client.read_event(), 10)
+        assert ev is not None, f"connection closed; got {[e.type for e in events]}"
+        events.append(ev)
+        if ev.type == until or ev.type == "error":
+            return events
+    raise AssertionError("too many events")
+
+
+def test_describe_lists_voices_and_asr():
+    async def main():
+        server, port = await _server()
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Describe().event())
+            info = Info.from_event((await _collect(client, "info"))[-1])
+        await server.stop()
+        assert info.tts[0].voices[0].name == "en_US-joe-medium"
+        assert info.tts[0].supports_synthesize_streaming
+        assert info.asr[0].models[0].name == "whisper-tiny.en"
+    asyncio.run(main())
+
+
+def test_synthesize_plain_and_streaming():
+    async def main():
+        speech = FakeSpeech()
+        server, port = await _server(speech)
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Synthesize(text="one two three").event())
+            events = await _collect(client, "audio-stop")
+            types = [e.type for e in events]
+            assert types[0] == "audio-start" and types[-1] == "audio-stop"
+            assert set(types[1:-1]) == {"audio-chunk"}
+            start = AudioStart.from_event(events[0])
+            assert (start.rate, start.width, start.channels) == (22050, 2, 1)
+            assert sum(len(AudioChunk.from_event(e).audio) for e in events[1:-1]) == 3 * 4410
+
+            voice = SynthesizeVoice(name="en_US-joe-medium")
+            await client.write_event(SynthesizeStart(voice=voice).event())
+            for part in ["Hello the", "re. How are", " you? Fine"]:
+                await client.write_event(SynthesizeChunk(text=part).event())
+            # the compatibility `synthesize` a streaming client also sends is ignored
+            await client.write_event(Synthesize(text="Hello there. How are you? Fine").event())
+            await client.write_event(SynthesizeStop().event())
+            events = await _collect(client, "synthesize-stopped")
+            assert events[-1].type == SynthesizeStopped().event().type
+            assert sum(e.type == "audio-stop" for e in events) == 3
+        await server.stop()
+        texts = [t for t, _ in speech.requests]
+        assert texts == ["one two three", "Hello there.", "How are you?", "Fine"]
+    asyncio.run(main())
+
+
+def test_transcribe_round_trip_with_vad_events():
+    async def main():
+        speech = FakeSpeech()
+        server, port = await _server(speech)
+        audio = np.zeros(16000, dtype=np.int16)
+        audio[4000:8000] = 10000  # 0.25 s of "speech"
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Transcribe(language="en").event())
+            await client.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+            for i in range(0, 16000, 1600):
+                await client.write_event(AudioChunk(rate=16000, width=2, channels=1,
+                                                    audio=audio[i:i + 1600].tobytes()).event())
+            await client.write_event(AudioStop().event())
+            events = await _collect(client, "transcript")
+        await server.stop()
+        types = [e.type for e in events]
+        assert types == ["voice-started", "voice-stopped", "transcript"]
+        assert VoiceStarted.from_event(events[0]).timestamp == 250
+        assert VoiceStopped.from_event(events[1]).timestamp == 500
+        assert Transcript.from_event(events[2]).text == "4000 samples"
+    asyncio.run(main())
+
+
+def test_errors_are_typed_and_keep_the_connection():
+    async def main():
+        server, port = await _server(FakeSpeech())
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Synthesize(text="   ").event())
+            err = Error.from_event((await _collect(client, "error"))[-1])
+            assert err.code == "empty_text"
+            await client.write_event(Synthesize(text="hi",
+                                                voice=SynthesizeVoice(name="nope")).event())
+            err = Error.from_event((await _collect(client, "error"))[-1])
+            assert err.code == "unknown_voice" and "en_US-joe-medium" in err.text
+            await client.write_event(AudioStart(rate=16000, width=4, channels=1).event())
+            assert Error.from_event((await _collect(client, "error"))[-1]).code \
+                == "bad_audio_format"
+            await client.write_event(SynthesizeChunk(text="x").event())
+            assert Error.from_event((await _collect(client, "error"))[-1]).code == "no_stream"
+            # still served
+            await client.write_event(Synthesize(text="ok").event())
+            assert (await _collect(client, "audio-stop"))[-1].type == "audio-stop"
+        await server.stop()
+    asyncio.run(main())
+
+
+def test_overloaded_is_an_error_event():
+    async def main():
+        server, port = await _server(FakeSpeech(capacity=0))
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Synthesize(text="hello").event())
+            assert Error.from_event((await _collect(client, "error"))[-1]).code == "overloaded"
+        await server.stop()
+    asyncio.run(main())
+
+
+def test_garbage_ends_only_that_connection_and_clients_run_in_parallel():
+    async def main():
+        server, port = await _server(FakeSpeech())
+        good = AsyncTcpClient("127.0.0.1", port)
+        await good.connect()
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(b'{"type": "synthesize", "data": {"text": "x"}, "payload_length": 99999999}\n')
+        await w.drain()
+        line = await asyncio.wait_for(r.readline(), 10)
+        assert json.loads(line)["type"] == "error"
+        rest = await asyncio.wait_for(r.read(), 10)  # read() ends only when the server hangs up
+        assert b"too_large" in rest
+        w.close()
+        await good.write_event(Synthesize(text="still here").event())
+        assert (await _collect(good, "audio-stop"))[-1].type == "audio-stop"
+        await good.disconnect()
+        await server.stop()
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("line,code", [
+    (b"not json\n", "bad_json"),
+    (b"[1, 2]\n", "bad_header"),
+    (b'{"data": {}}\n', "bad_header"),
+    (b'{"type": "x", "data": 5}\n', "bad_header"),
+    (b'{"type": "x", "payload_length": -1}\n', "bad_header"),
+    (b'{"type": "x", "data_length": true}\n', "bad_header"),
+    (b'{"type": "x", "payload_length": 999999999}\n', "too_large"),
+])
+def test_header_problems(line, code):
+    with pytest.raises(WyomingProtocolError) as info:
+        parse_header(line)
+    assert info.value.code == code
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=300))
+def test_fuzz_garbage_never_kills_the_server(blob):
+    async def main():
+        server, port = await _server(FakeSpeech())
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(blob)
+        w.write_eof()
+        await asyncio.wait_for(r.read(), 10)  # the server answers and closes, never hangs
+        w.close()
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Describe().event())
+            assert (await _collect(client, "info"))[-1].type == "info"
+        await server.stop()
+    asyncio.run(main())

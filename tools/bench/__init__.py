@@ -1,0 +1,1 @@
+"""Benchmark suites for `python -m tools.bench`, one module per suite."""

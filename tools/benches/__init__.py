@@ -1,1 +1,0 @@
-"""Benchmark suites for tools/bench.py, one module per suite."""

@@ -1,0 +1,289 @@
+#!/usr/bin/env python3
+"""Load ramp: how many concurrent real-time streams a box takes, side by side with Piper.
+
+    python -m tools.loadgen --url http://127.0.0.1:8080 --mix tts=2,call=1,wyoming=1
+    python -m tools.loadgen --start-daemon --profile medium --peers piper-http,wyoming-piper --readme
+    python -m tools.loadgen --start-daemon --quick --peers none --out /tmp/ramp
+
+It drives a running daemon (`--url`; or one it starts, `--start-daemon`) the way field
+reports do: start with a few streams, add a step every interval (default +10 every
+30 s; `--profile medium` is +2 every 20 s from 2, `--quick` +2 every 10 s for 3 steps at
+most), until the knee. Stream kinds, mixed by ratio (`--mix`): `tts` (HTTP streaming
+`/v1/tts`), `wyoming` (Wyoming synthesize), `call` (AudioSocket calls: real Asterisk
+prompts in, TTS replies out).
+
+Definitions (the same for every server; see loadgen_stats): a listener plays each reply
+at real-time pace from its first audio. *First audio* = request sent to first audio byte
+received. *Underrun* = a gap the listener hears. *Latency ratio* of a reply = (time from
+the request until the listener has heard it all) / (its audio length); 1.0 is real time.
+The knee is the first step whose p95 latency ratio is above 2.0 ("latency above 2x real
+time"), or with any underrun, or any admission refusal. *Sustained* = the streams of the
+last step before the knee.
+
+Side by side, in the same invocation: the same ramp with a TTS-only mix against
+cosyvoiced (`tts`), Piper's own HTTP server (`python -m piper.http_server`, whole WAV per
+request) and wyoming-piper (Wyoming, one chunk burst per sentence), on the same voice
+file, pinned to the same CPUs (`--cpus`). The servers take turns step by step (all up,
+one loaded at a time: cosyvoiced's step 1, Piper's step 1, ..., then step 2), so the
+background load of a shared machine falls on each alike; `--sequential` runs one whole
+ramp after the other instead.
+
+Per step: streams, first audio p50/p95/p99, latency ratio p95, transcript latency p95
+(calls: end of the caller's prompt to its transcript event), underruns (listeners' and
+the daemon's call counter), dropped frames, refusals, CPU % and PSS of the server and
+its child processes (/proc/PID/smaps_rollup), per-worker busy fraction (/v1/status),
+load average. Output under `--out`: loadgen.json, loadgen.md, latency.png,
+resources.png, failures.png; `--readme` also writes the Markdown between the
+`<!-- loadgen:begin -->` / `<!-- loadgen:end -->` markers of README.md and the plots
+under docs/loadgen/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import tools.loadgen.peers as peers
+import tools.loadgen.report as report
+from tools.loadgen.memory import idle_calls_pss
+from tools.loadgen.ramp import RampResult, Server, in_turns, parse_mix, ramp
+from tools.loadgen.stats import PROFILES, Profile, loadavg_1m
+from tools.loadgen.streams import CallStream
+
+REPO = Path(__file__).resolve().parents[2]
+PEERS = ("piper-http", "wyoming-piper")
+PEER_KIND = {"piper-http": "piper", "wyoming-piper": "wyoming"}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="\n".join(__doc__.splitlines()[1:]))
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--render", type=Path, metavar="JSON",
+                     help="no ramp: write the Markdown, plots (and --readme) of a saved run")
+    src.add_argument("--url", help="a running cosyvoiced's HTTP API, e.g. http://127.0.0.1:8080")
+    src.add_argument("--start-daemon", action="store_true",
+                     help="start cosyvoiced (dev config, free ports) for the run")
+    p.add_argument("--mix", default="tts=1", help="stream kinds by ratio: tts, wyoming, call")
+    p.add_argument("--profile", choices=tuple(PROFILES), default="full")
+    p.add_argument("--quick", action="store_true", help="same as --profile quick (CI)")
+    p.add_argument("--start", type=int, help="streams in the first step")
+    p.add_argument("--step", type=int, help="streams added per step")
+    p.add_argument("--interval-s", type=float, help="seconds per step")
+    p.add_argument("--max-steps", type=int)
+    p.add_argument("--after-knee", type=int, help="steps still run past the knee")
+    p.add_argument("--confirm", type=int,
+                   help="steps in a row past the knee criteria before the ramp ends")
+    p.add_argument("--peers", default=",".join(PEERS),
+                   help=f"peers for the TTS-only side by side: {', '.join(PEERS)}, or none")
+    p.add_argument("--idle-calls", type=int, default=0, metavar="N",
+                   help="first, PSS with 0..N silent calls held open (memory per stream)")
+    p.add_argument("--nice", type=int, metavar="N",
+                   help="run at this nice value, and so do the servers it starts (they "
+                        "inherit it; the session's autogroup too): on a shared box, e.g. "
+                        "-10 stands in for a dedicated one")
+    p.add_argument("--sequential", action="store_true",
+                   help="side by side one server after the other, not in turns step by step")
+    p.add_argument("--peer-timeout-s", type=float, default=120.0,
+                   help="a peer not answering this long after its start is left out")
+    p.add_argument("--cpus", default="0-1", help="CPUs every server is pinned to")
+    p.add_argument("--workers", type=int, default=2, help="--start-daemon: worker processes")
+    p.add_argument("--out", type=Path, default=REPO / "var" / "loadgen")
+    p.add_argument("--readme", action="store_true",
+                   help="write the summary into README.md and the plots under docs/loadgen")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.profile = "quick"
+    return args
+
+
+def profile_of(args: argparse.Namespace) -> Profile:
+    base = PROFILES[args.profile]
+    over = {k: v for k, v in (("start", args.start), ("step", args.step),
+                              ("interval_s", args.interval_s), ("max_steps", args.max_steps),
+                              ("after_knee", args.after_knee), ("confirm", args.confirm))
+            if v is not None}
+    return dataclasses.replace(base, **over)
+
+
+def corpus() -> list:
+    """Real caller speech: Asterisk prompts of 1-4 s, int16 8 kHz."""
+    from prompts import prompts
+
+    out = []
+    for pr in prompts():
+        x = pr.samples()
+        if 1.0 < x.shape[0] / 8000 < 4.0:
+            out.append((x * 32767).astype("int16"))
+        if len(out) >= 60:
+            break
+    return out
+
+
+AUTOGROUP = Path("/proc/self/autogroup")
+
+
+def commit() -> str:
+    """The checkout's commit, "+dirty" when the daemon's sources have uncommitted changes."""
+    import subprocess
+
+    def git(*a: str) -> str:
+        return subprocess.run(["git", "-C", str(REPO), *a], capture_output=True,
+                              text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD")
+    return head + ("+dirty" if head and git("status", "--porcelain", "daemon") else "")
+
+
+def set_nice(value: int) -> int | None:
+    """This process (and what it starts) at `value`; with the kernel's session autogroups
+    on, nice only orders tasks within a session, so the session's autogroup gets it too.
+    Returns the autogroup's nice before (None: no autogroups), for `restore_autogroup`."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, value)
+        if not AUTOGROUP.exists():
+            return None
+        before = int(AUTOGROUP.read_text().split()[-1])
+        AUTOGROUP.write_text(str(value))
+    except PermissionError:  # a negative nice needs root (CAP_SYS_NICE): run as we are
+        print(f"loadgen: not allowed to set nice {value}; running at "
+              f"{os.getpriority(os.PRIO_PROCESS, 0)}", file=sys.stderr)
+        return None
+    return before
+
+
+def restore_autogroup(before: int | None) -> None:
+    """The autogroup outlives this process (the whole session shares it): put it back."""
+    if before is not None:
+        AUTOGROUP.write_text(str(before))
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> int:
+    mix = parse_mix(args.mix)
+    prof = profile_of(args)
+    wanted = [] if args.peers in ("", "none") else [x.strip() for x in args.peers.split(",")]
+    for w in wanted:
+        if w not in PEERS:
+            raise SystemExit(f"unknown peer {w!r}; peers: {', '.join(PEERS)}")
+    if "call" in mix:
+        CallStream.corpus = corpus()
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": report.machine(), "loadavg_before": loadavg_1m(),
+            "command": shlex.join([".venv/bin/python", "-m", "tools.loadgen", *argv]),
+            "profile_name": args.profile, "profile": dataclasses.asdict(prof),
+            "cpus": args.cpus}
+    meta["turns"] = not args.sequential
+    meta["commit"] = commit()
+    autogroup_before = None
+    if args.nice is not None:
+        autogroup_before = set_nice(args.nice)
+        meta["nice"] = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        return ramps_and_report(args, meta, mix, prof, wanted)
+    finally:
+        restore_autogroup(autogroup_before)
+
+
+def ramps_and_report(args: argparse.Namespace, meta: dict, mix: dict[str, float],
+                     prof: Profile, wanted: list[str]) -> int:
+    ramps: list[RampResult] = []
+    with tempfile.TemporaryDirectory(prefix="loadgen-") as tmp_name:
+        tmp = Path(tmp_name)
+        managed: list[peers.Managed] = []
+        try:
+            if args.start_daemon:
+                daemon, server = peers.start_cosyvoiced(tmp, args.cpus, args.workers)
+                managed.append(daemon)
+            else:
+                server = peers.attach(args.url.rstrip("/"))
+            if args.idle_calls and server.ends.audiosocket:
+                counts = list(range(0, args.idle_calls + 1, max(1, args.idle_calls // 4)))
+                pts = asyncio.run(idle_calls_pss(server, counts))
+                meta["idle_calls"] = {"calls": [n for n, _, _ in pts],
+                                      "pss_mb": [round(m, 2) for _, m, _ in pts],
+                                      "main_pss_mb": [round(m, 2) for _, _, m in pts]}
+            if list(mix) != ["tts"] or not wanted:
+                ramps.append(asyncio.run(ramp(server, mix, prof)))
+            if wanted:
+                ramps += side_by_side(args, server, wanted, prof, tmp, managed, meta)
+        finally:
+            for m in managed:
+                m.stop()
+    return finish(args, meta, ramps)
+
+
+def side_by_side(args: argparse.Namespace, server: Server, wanted: list[str], prof: Profile,
+                 tmp: Path, managed: list[peers.Managed], meta: dict) -> list[RampResult]:
+    """The TTS-only ramp on cosyvoiced and on each peer: in turns (all servers up, one
+    loaded at a time, step by step), or one server after the other (--sequential)."""
+
+    def start(name: str) -> Server | None:
+        fn = peers.start_piper_http if name == "piper-http" else peers.start_wyoming_piper
+        try:
+            m, peer = fn(tmp, args.cpus, args.peer_timeout_s)
+        except peers.PeerError as exc:
+            print(f"{name}: not run: {exc}", file=sys.stderr)
+            meta.setdefault("peers_not_run", {})[name] = str(exc)[:500]
+            return None
+        managed.append(m)
+        return peer
+
+    ours = (server, {"tts": 1.0})
+    if not args.sequential:
+        plans = [ours] + [(p, {PEER_KIND[p.name]: 1.0}) for p in map(start, wanted) if p]
+        return asyncio.run(in_turns(plans, prof))
+    out = [asyncio.run(ramp(*ours, prof))]
+    if managed:  # our daemon: stopped, so it takes no CPU while the peers run
+        managed.pop(0).stop()
+    for name in wanted:
+        if (p := start(name)) is not None:
+            out.append(asyncio.run(ramp(p, {PEER_KIND[name]: 1.0}, prof)))
+            managed.pop().stop()
+    return out
+
+
+def finish(args: argparse.Namespace, meta: dict, ramps: list[RampResult]) -> int:
+    meta["loadavg_after"] = loadavg_1m()
+    doc = report.summarize(ramps, meta)
+    report.write_json(doc, args.out / "loadgen.json")
+    return publish(args, doc)
+
+
+def publish(args: argparse.Namespace, doc: dict) -> int:
+    args.out.mkdir(parents=True, exist_ok=True)
+    report.plots(doc, args.out)
+    (args.out / "loadgen.md").write_text(report.markdown(doc, "."))
+    print(report.markdown(doc, None))
+    if args.readme:
+        docs = REPO / "docs" / "loadgen"
+        docs.mkdir(parents=True, exist_ok=True)
+        for n in report.PLOTS:
+            shutil.copy(args.out / n, docs / n)
+        report.update_readme(REPO / "README.md", report.markdown(doc, "docs/loadgen"))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    if args.render:
+        return publish(args, report.derive(json.loads(args.render.read_text())))
+    return run(args, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["Server", "main"]

@@ -1,0 +1,328 @@
+"""What a ramp run leaves behind: JSON, a Markdown summary, PNG plots, and the README's
+ramp section (between `<!-- loadgen:begin -->` and `<!-- loadgen:end -->`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import platform
+import re
+from pathlib import Path
+from typing import Any
+
+from tools.loadgen.ramp import RampResult
+from tools.loadgen.stats import RATIO_MAX, slope_per_stream
+
+BEGIN = "<!-- loadgen:begin -->"
+END = "<!-- loadgen:end -->"
+TTFA_BOUND_MS = 1000.0
+"""The second, stricter comparison: streams served with p95 first audio within this."""
+PLOTS = ("latency.png", "resources.png", "failures.png")
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    flags: set[str] = set()
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name") and not model:
+                model = line.split(":", 1)[1].strip()
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    return {"cpu": model, "nproc": os.cpu_count(), "avx512_vnni": "avx512_vnni" in flags,
+            "python": platform.python_version(), "kernel": platform.release()}
+
+
+def sustained(steps: list[dict[str, Any]], knee: int | None,
+              ttfa_ms: float = math.inf) -> int:
+    """Streams of the last step before the knee (and, with ttfa_ms, of the last one in the
+    unbroken run of steps from the start whose first audio p95 was within it); 0: none."""
+    best = 0
+    for s in steps[:knee] if knee is not None else steps:
+        if (s["ttfa_p95_ms"] if s["ttfa_p95_ms"] is not None else math.inf) > ttfa_ms:
+            break
+        best = s["streams"]
+    return best
+
+
+def pss_slope(steps: list[dict[str, Any]], knee: int | None) -> float:
+    """MB of PSS per added stream, fitted over the steps up to the knee (included: its
+    streams were still mostly admitted)."""
+    fit = steps[:knee + 1] if knee is not None else steps
+    return slope_per_stream([s["streams"] for s in fit],
+                            [_nan(s["pss_mb"]) for s in fit])
+
+
+def summarize(ramps: list[RampResult], meta: dict[str, Any]) -> dict[str, Any]:
+    """The JSON document, targets included."""
+    out: dict[str, Any] = {**meta, "ratio_max": RATIO_MAX, "ttfa_bound_ms": TTFA_BOUND_MS,
+                           "ramps": []}
+    for r in ramps:
+        out["ramps"].append({
+            "server": r.server, "mix": r.mix, "profile": dataclasses.asdict(r.profile),
+            "steps": [_clean(dataclasses.asdict(s)) for s in r.steps],
+            "knee_step": r.knee_step, "knee_reasons": r.knee_reasons,
+            "held_knee_step": r.held_knee_step, "errors": r.errors[:10]})
+    return derive(out)
+
+
+def derive(doc: dict[str, Any]) -> dict[str, Any]:
+    """Per-ramp figures and the targets, from the steps alone (so a saved run can be
+    rendered again with `--render`)."""
+    for r in doc["ramps"]:
+        steps, knee, held = r["steps"], r["knee_step"], r.get("held_knee_step")
+        r["sustained_streams"] = sustained(steps, knee)
+        r["sustained_streams_held"] = sustained(steps, held)
+        r["sustained_streams_ttfa_1s"] = sustained(steps, held, TTFA_BOUND_MS)
+        r["pss_mb_per_stream"] = _num(pss_slope(steps, knee))
+        past = steps[knee:] if knee is not None else []
+        r["underruns_past_knee"] = sum(s["underruns"] for s in past)
+        r["refused_past_knee"] = sum(s["refused"] for s in past)
+    idle = doc.get("idle_calls")
+    if idle:  # the upper half of the counts: after the first calls' one-time growth
+        half = [i for i, n in enumerate(idle["calls"]) if n >= idle["calls"][-1] / 2]
+        idle["mb_per_call"] = _num(slope_per_stream([idle["calls"][i] for i in half],
+                                                    [idle["pss_mb"][i] for i in half]))
+    doc["targets"] = targets(doc["ramps"], idle)
+    return doc
+
+
+def targets(ramps: list[dict[str, Any]],
+            idle: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    by = {(r["server"], tuple(r["mix"])): r for r in ramps}
+    ours = by.get(("cosyvoiced", ("tts",)))
+    piper = by.get(("piper-http", ("piper",)))
+    out = []
+    if ours and piper:
+        for key, what in (("sustained_streams_held", "knee held 2 steps in a row"),
+                          ("sustained_streams", "knee at the first failing step")):
+            a, b = ours[key], piper[key]
+            ratio = a / b if b else (math.inf if a else math.nan)
+            out.append({"name": "cosyvoiced / Piper HTTP server, concurrent real-time TTS "
+                                f"streams ({what})",
+                        "value": _num(ratio), "goal": ">= 3", "ok": ratio >= 3,
+                        "detail": f"{a} vs {b}"})
+    if idle and idle.get("mb_per_call") is not None:
+        c, m = idle["calls"], idle["pss_mb"]
+        mid = next(i for i, n in enumerate(c) if n >= c[-1] / 2)
+        out.append({"name": "PSS growth per added stream, MB (silent calls held open, "
+                            f"{c[mid]} to {c[-1]})",
+                    "value": idle["mb_per_call"], "goal": "<= 0.5",
+                    "ok": idle["mb_per_call"] <= 0.5,
+                    "detail": "PSS at " + ", ".join(f"{n} calls {x:.0f} MB"
+                                                    for n, x in zip(c, m, strict=True))})
+    for r in ramps:
+        if r["server"] != "cosyvoiced":
+            continue
+        slope = _nan(r["pss_mb_per_stream"])
+        out.append({"name": f"PSS growth per added stream, MB (mix {_mix(r['mix'])})",
+                    "value": _num(slope), "goal": "<= 0.5",
+                    "ok": not math.isnan(slope) and slope <= 0.5})
+        knee = r["knee_step"]
+        out.append({"name": f"underruns at and past the knee, load refused instead "
+                            f"(mix {_mix(r['mix'])})",
+                    "value": r["underruns_past_knee"], "goal": "0, knee reached",
+                    "ok": knee is not None and r["underruns_past_knee"] == 0,
+                    "detail": "no knee reached" if knee is None else
+                    f"knee: {'; '.join(r['knee_reasons'])}; refusals from there on: "
+                    f"{r['refused_past_knee']}"})
+    return out
+
+
+def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
+    m = doc["machine"]
+    p = doc["profile"]
+    lines = [
+        f"Measured {doc['date']} on {m['cpu']} ({m['nproc']} CPUs"
+        f"{', AVX-512 VNNI' if m['avx512_vnni'] else ''}), Python {m['python']}, with "
+        f"load average {doc['loadavg_before']} before the run (other jobs share this "
+        f"machine). Profile `{doc['profile_name']}`: {p['start']} streams, "
+        f"+{p['step']} every {p['interval_s']:g} s, until the knee. Servers pinned to CPUs "
+        f"`{doc['cpus']}`; the load generator runs on the same box"
+        + (f"; servers and load generator at nice {doc['nice']} (their session's autogroup "
+           "too), to put them before the other jobs on this shared box (how much CPU those "
+           "still took is in *others' CPU %*)" if doc.get("nice") is not None else "")
+        + (f"; cosyvoiced at commit `{doc['commit']}`" if doc.get("commit") else "")
+        + ".", "",
+        f"    {doc['command']}", ""]
+    lines += headline(doc) + [""]
+    lines += [
+        "How it is measured (the same for every server): each stream asks for an IVR-style "
+        "reply (3–6 s of speech), reads it as it arrives, and a listener plays it at "
+        "real-time pace from its first audio; the next request goes when the listener has "
+        "heard it all. *First audio*: request sent to the first audio byte received "
+        "(Piper's HTTP server answers with a whole WAV, so its first audio is the body's "
+        "first byte; cosyvoiced streams each clause as it is synthesized). An *underrun* is "
+        "a gap the listener hears (≥ 5 ms). The *latency ratio* of a reply is (time from the "
+        "request until the listener has heard all of it) / (its audio length): 1.0 is real "
+        f"time, {RATIO_MAX:g} means as much waiting as speech. A step is past the knee when "
+        f"its p95 latency ratio is above {RATIO_MAX:g}, or it had any underrun or any "
+        "admission refusal. *Sustained* = streams of the last step before the knee; as a "
+        "lone failing step on this shared box can be a blip, the ramp goes on until the knee "
+        "holds for 2 steps in a row, and both figures are given. CPU % "
+        "is of one core (this box has "
+        f"{100 * (m.get('nproc') or 1)} %), summed over the server and its child "
+        "processes; PSS likewise (`/proc/PID/smaps_rollup`); *others' CPU %* is what the "
+        "rest of the machine used meanwhile (other jobs; the load generator's own CPU is "
+        "not in it); *waited for CPU %*: time the server's threads were ready to run but "
+        "had no CPU (`/proc/PID/task/*/schedstat`), % of the step, summed over threads."
+        + (" Side by side, the servers took turns step by step (all up, one loaded at a "
+           "time), so background load fell on each alike." if doc.get("turns") else ""), ""]
+    head = ("| server | mix | streams | replies | first audio p50/p95/p99 ms | latency ratio "
+            "p95 | transcript p95 ms | underruns | dropped | refused | CPU % | PSS MB | "
+            "worker busy | load | others' CPU % | waited for CPU % |")
+    lines += [head, "|" + "---|" * 16]
+    for r in doc["ramps"]:
+        for i, s in enumerate(r["steps"]):
+            knee = (" **knee**" if r["knee_step"] == i else "") + \
+                (" **held**" if r.get("held_knee_step") == i else "")
+            busy = "/".join(f"{b:.2f}" for b in s["worker_busy"]) if s["worker_busy"] else "–"
+            lines.append(
+                f"| {r['server']} | {_mix(r['mix'])} | {s['streams']}{knee} | {s['replies']} | "
+                f"{_f(s['ttfa_p50_ms'])}/{_f(s['ttfa_p95_ms'])}/{_f(s['ttfa_p99_ms'])} | "
+                f"{_f(s['ratio_p95'], 2)} | {_f(s['transcript_p95_ms'])} | "
+                f"{_underruns(s)} | "
+                f"{s['dropped_frames']} | {s['refused']} | {_f(s['cpu_pct'])} | "
+                f"{_f(s['pss_mb'])} | {busy} | {_f(s['loadavg_1m'], 1)} | "
+                f"{_f(s.get('others_cpu_pct'))} | {_f(s.get('wait_pct'))} |")
+    lines += ["", "| ramp | sustained (first failing step) | sustained (knee held 2 steps) | "
+              "same, first audio p95 ≤ 1 s | knee | PSS MB per stream |",
+              "|---|---|---|---|---|---|"]
+    for r in doc["ramps"]:
+        lines.append(f"| {r['server']} ({_mix(r['mix'])}) | {r['sustained_streams']} | "
+                     f"{r['sustained_streams_held']} | {r['sustained_streams_ttfa_1s']} | "
+                     f"{'; '.join(r['knee_reasons']) or 'none (clean finish)'} | "
+                     f"{_f(r['pss_mb_per_stream'], 2)} |")
+    said = [(r, e) for r in doc["ramps"] for e in r.get("errors", [])[:2]]
+    if said:
+        lines += ["", "What refusals and failures said (first of each kind):", ""]
+        lines += [f"- {r['server']} ({_mix(r['mix'])}): `{e[:200]}`" for r, e in said]
+    lines += ["", "Targets:", ""]
+    for t in doc["targets"]:
+        detail = f" ({t['detail']})" if t.get("detail") else ""
+        value = "∞" if t["value"] is None and t["ok"] else _f(t["value"], 2)
+        lines.append(f"- {t['name']}: {value}, goal {t['goal']}: "
+                     f"**{'ok' if t['ok'] else 'FAIL'}**{detail}")
+    if plots_rel is not None:
+        lines += [""] + [f"![{n.removesuffix('.png')}]({plots_rel}/{n})" for n in PLOTS]
+    return "\n".join(lines) + "\n"
+
+
+def headline(doc: dict[str, Any]) -> list[str]:
+    by = {(r["server"], tuple(r["mix"])): r for r in doc["ramps"]}
+    ours = by.get(("cosyvoiced", ("tts",)))
+    peers = [by.get(("piper-http", ("piper",))), by.get(("wyoming-piper", ("wyoming",)))]
+    if not ours or not any(peers):
+        return []
+    def vs(key: str) -> str:
+        return " and ".join(f"{p[key]} for {p['server']}" for p in peers if p)
+
+    out = [f"**{ours['sustained_streams_held']} concurrent real-time TTS streams on "
+           f"cosyvoiced vs {vs('sustained_streams_held')} on the same box** (before a knee "
+           f"that held 2 steps in a row; before the first failing step: "
+           f"{ours['sustained_streams']} vs {vs('sustained_streams')}; with first audio p95 "
+           f"within 1 s as well: {ours['sustained_streams_ttfa_1s']} vs "
+           f"{vs('sustained_streams_ttfa_1s')})."]
+    side = [ours] + [p for p in peers if p]
+    common = set.intersection(*({s["streams"] for s in r["steps"]} for r in side))
+    if common:
+        n = max(common)
+        at = [next(s for s in r["steps"] if s["streams"] == n) for r in side]
+        out.append("")
+        out.append(f"At {n} streams, the largest step every server ran, first audio p95 / "
+                   "latency ratio p95 / underruns: " + "; ".join(
+                       f"{r['server']} {_f(s['ttfa_p95_ms'])} ms / {_f(s['ratio_p95'], 2)} / "
+                       f"{s['underruns']}" for r, s in zip(side, at, strict=True)) + ".")
+    return out
+
+
+def plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    specs = {
+        "latency.png": [("first audio (ms)", ("ttfa_p50_ms", "ttfa_p95_ms", "ttfa_p99_ms"), True),
+                        ("latency ratio p95", ("ratio_p95",), False)],
+        "resources.png": [("CPU % (of one core)", ("cpu_pct",), False),
+                          ("PSS (MB)", ("pss_mb",), False)],
+        "failures.png": [("underruns", ("underruns",), False),
+                         ("refusals", ("refused",), False)],
+    }
+    styles = ("-", "--", ":")
+    written = []
+    for name, panels in specs.items():
+        fig, axes = plt.subplots(1, len(panels), figsize=(9, 4.2), dpi=80)
+        for ax, (title, keys, logy) in zip(axes, panels, strict=True):
+            for ci, r in enumerate(doc["ramps"]):
+                color = colors[ci % len(colors)]
+                xs = [s["streams"] for s in r["steps"]]
+                for key, style in zip(keys, styles, strict=False):
+                    ys = [_nan(s[key]) for s in r["steps"]]
+                    label = f"{r['server']} ({_mix(r['mix'])})" + \
+                        (f" {key.split('_')[1]}" if len(keys) > 1 else "")
+                    ax.plot(xs, ys, style, marker="o", markersize=3, color=color, label=label)
+                if r["knee_step"] is not None:
+                    ax.axvline(xs[r["knee_step"]], color=color, alpha=0.5, linewidth=1)
+            if "ratio_p95" in keys:
+                ax.axhline(RATIO_MAX, color="grey", linestyle="--", linewidth=1)
+            if logy:
+                ax.set_yscale("log")
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel("concurrent streams (vertical line: knee)", fontsize=8)
+            ax.tick_params(labelsize=7)
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=6, frameon=False)
+        fig.tight_layout(rect=(0, 0.01 + 0.04 * (1 + (len(labels) - 1) // 4), 1, 1))
+        path = out_dir / name
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def update_readme(readme: Path, section: str) -> None:
+    """Replace what is between the markers (they must both be there, in order)."""
+    text = readme.read_text()
+    pat = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    if not pat.search(text):
+        raise ValueError(f"{readme}: no {BEGIN} ... {END} markers")
+    readme.write_text(pat.sub(lambda _m: f"{BEGIN}\n{section}{END}", text, count=1))
+
+
+def write_json(doc: dict[str, Any], path: Path) -> None:
+    path.write_text(json.dumps(doc, indent=2, allow_nan=False, default=str) + "\n")
+
+
+def _clean(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: (_num(v) if isinstance(v, float) else v) for k, v in d.items()}
+
+
+def _num(v: float) -> float | None:
+    """JSON has no NaN/inf: they become null."""
+    return None if v is None or math.isnan(v) or math.isinf(v) else round(v, 4)
+
+
+def _nan(v: float | None) -> float:
+    return math.nan if v is None else v
+
+
+def _f(v: float | None, digits: int = 0) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def _underruns(step: dict[str, Any]) -> str:
+    """"3 (tts 1, call (daemon) 2)" when the underruns came from more than one place."""
+    by = step.get("underruns_by_kind") or {}
+    if not step["underruns"] or len(by) < 2 and set(by) <= {"tts", "piper", "wyoming"}:
+        return str(step["underruns"])
+    return f"{step['underruns']} ({', '.join(f'{k} {v}' for k, v in by.items())})"
+
+
+def _mix(mix: dict[str, float]) -> str:
+    return ",".join(f"{k}={v:g}" for k, v in mix.items())

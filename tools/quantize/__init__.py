@@ -1,0 +1,1 @@
+"""INT8 variants of a voice and the quality gate they must pass."""
