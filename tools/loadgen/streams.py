@@ -7,7 +7,7 @@ Kinds (mixable by ratio with `--mix`):
   after synthesizing everything, so its first audio is the first byte of the body.
 * `wyoming`: Wyoming `synthesize` over TCP (cosyvoiced or wyoming-piper); audio-chunk
   events are timed as they arrive.
-* `call`: an AudioSocket call (cosyvoiced.audiosocket.peer) that plays a real Asterisk
+* `call`: an AudioSocket call (cosyvoiced.testing.audiosocket_peer) that plays a real Asterisk
   prompt at real-time pace, then silence; after each utterance a controller following
   `/v1/events` asks the daemon to reply into the call (`/v1/calls/{id}/say`), as an IVR
   would. Measured: reply first audio (say -> first reply frame), the time from the end

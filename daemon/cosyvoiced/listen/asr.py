@@ -7,7 +7,7 @@ tokenizer is the model's own `tokenizer.json` (package `tokenizers`). tiny.en is
 English-only: its prompt is `<|startoftranscript|><|notimestamps|>` (ids 50257, 50362);
 a multilingual model gets `<|en|><|transcribe|>` in between.
 
-Input is one utterance's raw log10 mel frames (`[T, 80]`, see `cosyvoiced.mel`):
+Input is one utterance's raw log10 mel frames (`[T, 80]`, see `cosyvoiced.listen.features.stream`):
 Whisper's clamp/scale is applied over the utterance, then the frames are zero-padded (as
 faster-whisper pads) to the encoder length. Whisper's encoder was trained on 30 s
 (3000 frames); this CTranslate2 version accepts shorter inputs, which is much faster, but

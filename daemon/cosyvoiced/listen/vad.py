@@ -16,7 +16,7 @@ window. `run(slots, windows)` gathers the slots' rows, runs the model over them 
 `session.run` per `MAX_RUN_ROWS`) and scatters the new state back: streams never share
 state.
 
-The session runs the flat graph of `cosyvoiced.vadgraph` (the stock graph's `If` on the
+The session runs the flat graph of `cosyvoiced.listen.vad_graph` (the stock graph's `If` on the
 rate and its ~110 small nodes per branch, rebuilt as ~30 batched MatMul-shaped nodes;
 cached in `cache_dir`): measured here 6x cheaper per stream-window in batches of 256 and
 about 2x unbatched, equal to the stock model within 1e-5.

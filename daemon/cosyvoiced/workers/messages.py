@@ -132,7 +132,7 @@ class StreamError:
 
 @dataclass(frozen=True)
 class ListenEvent:
-    """A listening event of one stream (`cosyvoiced.events`: voice_started, ...)."""
+    """A listening event of one stream (`cosyvoiced.listen.events`: voice_started, ...)."""
 
     stream_id: str
     event: Any

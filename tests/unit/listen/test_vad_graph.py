@@ -1,4 +1,4 @@
-"""The flat Silero graph (vadgraph) equals the stock model, and is built once into the cache."""
+"""The flat Silero graph (vad_graph) equals the stock model, and is built once into the cache."""
 
 from __future__ import annotations
 

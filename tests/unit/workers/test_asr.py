@@ -203,7 +203,7 @@ def test_the_filterbank_comes_from_the_cache_without_importing_librosa(tmp_path)
     import subprocess
     import sys
 
-    code = ("import sys; from cosyvoiced.mel import MelStream, WHISPER; "
+    code = ("import sys; from cosyvoiced.listen.features.stream import MelStream, WHISPER; "
             f"MelStream(WHISPER, cache_dir={str(tmp_path)!r}); "
             "print('librosa' in sys.modules)")
 

@@ -309,7 +309,7 @@ def test_malloc_trim_gives_a_threads_freed_heap_back():
 
     script = """
 import os, threading
-from cosyvoiced.workers.process import malloc_trim
+from cosyvoiced.workers.worker.entry import malloc_trim
 def rss_mb():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 kept = []

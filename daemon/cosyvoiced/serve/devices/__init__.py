@@ -1,7 +1,7 @@
 """Local sound devices in the running daemon (`[[audio.devices]]`): speak on a playback
 device, listen on a capture device, barge-in between them.
 
-Every device gets a shared-memory ring and its ALSA thread (`cosyvoiced.alsa.device`);
+Every device gets a shared-memory ring and its ALSA thread (`cosyvoiced.audio.alsa.device`);
 everything else happens on the event loop and never blocks it:
 
 * playback: `say()` synthesizes at the device's negotiated rate and writes the float32

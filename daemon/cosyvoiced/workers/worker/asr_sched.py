@@ -11,7 +11,7 @@ utterance against 0.3-0.45 s alone, so a fixed batch of 8 made every transcript 
 late and stalled the worker for seconds; at 1000 frames batching is ~2x cheaper per
 utterance. Sizing by slack lets both cases batch only what their deadlines allow.
 
-A provisional job (`listenasr.Provisional`: decoded while the endpointer still waits out
+A provisional job (`utterances.Provisional`: decoded while the endpointer still waits out
 `stop_ms`) is decoded like any other, but its result is held until `confirm` (then sent
 at once, its latency measured at that moment) or dropped on `retract`.
 

@@ -1,5 +1,5 @@
 """What a TTS clause is expected to cost, and the deadline check a held first audio
-must pass before it starts (used by `sched.TtsScheduler`).
+must pass before it starts (used by `tts_sched.TtsScheduler`).
 
 Per worker, moving averages of synthesis seconds and of speech seconds per character of
 clause text (clause length predicts both well for one voice: ~0.045 s of speech per

@@ -3,7 +3,7 @@
 `Worker` (loop.py) owns one `WorkerListening`. Opening a stream adds its `ListenTap` to
 the worker's batched VAD tick; with `[asr] enabled` the Whisper model is loaded once
 here, finished utterances are queued on an `AsrQueue`, and the loop asks `pick_work`
-whether the next unit of work is a TTS clause or an ASR batch (policy in `asrsched`).
+whether the next unit of work is a TTS clause or an ASR batch (policy in `asr_sched`).
 Batches are decoded on a background thread (`AsrRunner`): the loop starts one, keeps
 ticking the VAD (and synthesizing) meanwhile, and delivers its transcripts when done.
 

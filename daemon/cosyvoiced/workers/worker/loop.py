@@ -1,5 +1,5 @@
 """The worker's single loop: control first, then the VAD tick, then one TTS clause or
-one ASR batch, whichever is more urgent (see `asrsched`).
+one ASR batch, whichever is more urgent (see `asr_sched`).
 
 Control messages are drained before every unit of work (control outranks data), so a
 cancel waits at most for the clause being synthesized. Work units are short (one VAD

@@ -5,14 +5,14 @@ The engine synthesizes one clause per `next()` of a request's generator (one ONN
 that nothing interrupts). The next clause goes to the stream with the least slack:
 its deadline (when its listener runs dry: `now + ahead`, where `ahead` is the larger of
 ring fill + pending audio and its real-time playback clock) minus the expected
-synthesis time of that clause (`clausecost`: from the request's clause plan and the
+synthesis time of that clause (`clause_cost`: from the request's clause plan and the
 worker's measured seconds per character). So a long clause starts early enough, and a
 stream with seconds buffered yields to one about to run dry. A stream with
 `lookahead_s` of audio ahead waits, so a long text cannot starve short ones.
 
 A new request has no listener deadline yet: its first clause is due `first_audio_s`
 after it arrived. Its first audio goes out at once if the worker can keep every
-speaking stream fed with it playing (`clausecost.fits`); otherwise it is held (pending,
+speaking stream fed with it playing (`clause_cost.fits`); otherwise it is held (pending,
 not in the ring) until that holds, `prebuffer_s` is buffered, or the budget is spent.
 A burst of new requests on a busy worker thus starts them one after another with a
 buffer instead of starting all and underrunning all.
@@ -238,7 +238,7 @@ class TtsScheduler:
 
     def _fits(self, candidate: TtsStream, held_s: float, now_s: float) -> bool:
         """Would every speaking stream (this one playing from now) still get each clause
-        it needs over the next seconds before it runs dry? (`clausecost.fits`)"""
+        it needs over the next seconds before it runs dry? (`clause_cost.fits`)"""
         due: list[tuple[float, float]] = []
         costs = self.costs
         job = candidate.job if candidate.job is not None else candidate.jobs[0]

@@ -1,7 +1,7 @@
 """A listen stream's ASR side inside a worker: a tap on the VAD's ring reads, log-mel while
 speech is open, and the finished utterance handed to the ASR queue.
 
-The hot path stays the batched VAD tick (`vadtick`): the tick reads each stream's window
+The hot path stays the batched VAD tick (`vad_tick`): the tick reads each stream's window
 from its capture ring through a `ListenTap`, which copies the window into a short
 history (`preroll_ms` + detection delay, at the stream's own rate) and, only while the
 endpointer says speech is open, feeds it (resampled to 16 kHz for 8 kHz telephony) to a

@@ -31,7 +31,7 @@ class ConsumerRing(Protocol):
 
 
 class BatchVad(Protocol):
-    """What `cosyvoiced.vad.SileroBatch` offers (and test fakes imitate)."""
+    """What `cosyvoiced.listen.vad.SileroBatch` offers (and test fakes imitate)."""
 
     window: int
     capacity: int

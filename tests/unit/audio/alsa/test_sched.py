@@ -21,10 +21,10 @@ import structlog
 events = []
 structlog.configure(processors=[lambda _l, _m, e: events.append(e) or ""],
                     logger_factory=structlog.ReturnLoggerFactory())
-from tests.test_alsa_errors import FlakyBackend
-from cosyvoiced.alsa.device import start_device
+from tests.unit.audio.alsa.test_errors import FlakyBackend
+from cosyvoiced.audio.alsa.device import start_device
 from cosyvoiced.config.schema import AudioDeviceConfig
-from cosyvoiced.ring import Ring
+from cosyvoiced.audio.ring import Ring
 ring = Ring.create(16000)
 t = start_device(AudioDeviceConfig(name="x", pcm="fake", direction="capture", rt_priority=30),
                  ring, opener=lambda r, a: FlakyBackend(None))
