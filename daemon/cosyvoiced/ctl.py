@@ -14,12 +14,15 @@ from typing import Any
 import aiohttp
 
 from cosyvoiced.config import ConfigError, load_config
+from cosyvoiced.errors import CosyvoicedError
 
 DEFAULT_SOCKET = "/run/cosyvoiced/control.sock"
 
 
-class CtlError(Exception):
+class CtlError(CosyvoicedError):
     """The daemon could not be reached or answered with an error."""
+
+    code = "ctl_error"
 
 
 def socket_path(args: argparse.Namespace) -> str:

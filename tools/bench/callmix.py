@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tools.bench.prompts import Prompt, wer
+from cosyvoiced.testing.prompts import Prompt, wer
 
 MIN_GAP_S = 1.0
 TAIL_S = 1.5
@@ -213,7 +213,7 @@ def summary(v: Verdict) -> dict[str, float | int | None]:
             "wer_pct": round(wer(v.refs, v.hyps), 2) if v.refs else None}
 
 
-class Ramp:
+class CallRamp:
     """The ramp as a stepper, so two pipelines' ramps can take turns (both then see the
     same shifts of a shared machine's load): `next()` gives the count to try (None: done),
     `report(ok)` its outcome. Doubles from `start` while trials pass, then bisects between
@@ -251,8 +251,8 @@ class Ramp:
 
 def search(trial: Callable[[int], bool], start: int, max_trials: int,
            resolution: float = 0.1) -> tuple[int, int | None]:
-    """Run a `Ramp` to its end; returns (best passing count or 0, lowest failing count)."""
-    ramp = Ramp(start, max_trials, resolution)
+    """Run a `CallRamp` to its end; returns (best passing count or 0, lowest failing count)."""
+    ramp = CallRamp(start, max_trials, resolution)
     while (n := ramp.next()) is not None:
         ramp.report(trial(n))
     return ramp.best, ramp.fail

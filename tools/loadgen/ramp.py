@@ -157,7 +157,7 @@ def parse_counters(metrics_text: str) -> dict[str, float]:
     return out
 
 
-class Ramp:
+class ServerRamp:
     """One server's ramp, step by step; several can take turns (`in_turns`)."""
 
     def __init__(self, server: Server, mix: dict[str, float], profile: Profile,
@@ -274,7 +274,7 @@ async def ramp(server: Server, mix: dict[str, float], profile: Profile,
                log: Callable[[str], None] = print, seed: int = 7) -> RampResult:
     """One server alone: its streams run on from step to step."""
     async with _session() as session:
-        r = Ramp(server, mix, profile, session, log, seed)
+        r = ServerRamp(server, mix, profile, session, log, seed)
         try:
             await r.open()
             while not r.done:
@@ -290,7 +290,7 @@ async def in_turns(plans: list[tuple[Server, dict[str, float]]], profile: Profil
     a shared machine's background load then falls on all of them alike. While one runs,
     the others' streams wait (their requests in flight finish first)."""
     async with _session() as session:
-        ramps = [Ramp(s, mix, profile, session, log, seed) for s, mix in plans]
+        ramps = [ServerRamp(s, mix, profile, session, log, seed) for s, mix in plans]
         try:
             for r in ramps:
                 await r.open()

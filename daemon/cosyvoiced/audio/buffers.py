@@ -1,15 +1,17 @@
-"""Sample buffers of the listening path: a FIFO of samples awaiting VAD, a short audio ring.
+"""Sample buffers of the listening path: a FIFO of samples awaiting VAD, and a history
+of the most recent samples.
 
 Both are preallocated float32 arrays; `SampleFifo` compacts in place (and grows only if
-its owner stops draining it), `AudioRing` keeps the last `capacity` samples addressed by
-absolute sample index.
+its owner stops draining it), `SampleHistory` keeps the last `capacity` samples (a
+circular buffer) addressed by absolute sample index. Not to be confused with
+`audio.ring.Ring`, the shared-memory ring between processes.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["AudioRing", "SampleFifo"]
+__all__ = ["SampleFifo", "SampleHistory"]
 
 
 class SampleFifo:
@@ -41,7 +43,7 @@ class SampleFifo:
         return self.buf[self.w - n: self.w]
 
 
-class AudioRing:
+class SampleHistory:
     """The last `capacity` samples at 16 kHz, addressed by absolute sample index."""
 
     def __init__(self, capacity: int) -> None:

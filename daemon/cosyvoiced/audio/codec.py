@@ -23,6 +23,8 @@ import threading
 import numpy as np
 import numpy.typing as npt
 
+from cosyvoiced.errors import CosyvoicedError
+
 __all__ = [
     "CodecError",
     "alaw_decode",
@@ -36,7 +38,7 @@ __all__ = [
 _S16_SCALE = 32768.0
 
 
-class CodecError(ValueError):
+class CodecError(CosyvoicedError, ValueError):
     """Bad input to a codec (wrong dtype or shape)."""
 
     code = "codec_bad_input"

@@ -14,6 +14,8 @@ import numpy as np
 import numpy.typing as npt
 import soxr
 
+from cosyvoiced.errors import CosyvoicedError
+
 __all__ = ["SUPPORTED_RATES_HZ", "ResampleError", "StreamResampler", "UnsupportedRate"]
 
 SUPPORTED_RATES_HZ: tuple[int, ...] = (8000, 16000, 22050, 24000, 48000)
@@ -22,7 +24,7 @@ SUPPORTED_RATES_HZ: tuple[int, ...] = (8000, 16000, 22050, 24000, 48000)
 Quality = Literal["QQ", "LQ", "MQ", "HQ", "VHQ"]
 
 
-class ResampleError(ValueError):
+class ResampleError(CosyvoicedError, ValueError):
     """Base of the resampler's typed errors."""
 
     code = "resample_error"

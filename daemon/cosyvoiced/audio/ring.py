@@ -49,6 +49,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from cosyvoiced.errors import CosyvoicedError
+
 __all__ = ["Ring", "RingError", "RingStats", "Policy"]
 
 Policy = Literal["drop", "refuse"]
@@ -70,7 +72,7 @@ _C = 2 * _LINE_WORDS  # consumer line
 _R, _UNDERRUNS, _UNDER_FRAMES, _FLUSH_DONE = _C, _C + 1, _C + 2, _C + 3
 
 
-class RingError(ValueError):
+class RingError(CosyvoicedError, ValueError):
     """Misuse of a ring: bad shape/dtype, bad name, wrong layout."""
 
     code = "ring_error"

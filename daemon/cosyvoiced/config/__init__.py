@@ -1,4 +1,6 @@
-"""Configuration: one schema (`schema`), one strict loader (`loader`)."""
+"""Configuration: one schema (`schema`), one strict loader (`loader`) with its cross-field
+checks (`checks`), and the listen-address and CPU-list parsers they share with the stages
+above (`addr`, `cpus`)."""
 
 from cosyvoiced.config.loader import (
     DEFAULT_CONFIG_PATH,

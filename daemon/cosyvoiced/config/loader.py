@@ -18,7 +18,9 @@ from typing import Any, Literal
 
 import tomli_w
 
+from cosyvoiced.config.checks import config_problems
 from cosyvoiced.config.schema import Config
+from cosyvoiced.errors import CosyvoicedError
 
 DEFAULT_CONFIG_PATH = "/etc/cosyvoiced/cosyvoiced.toml"
 
@@ -37,7 +39,7 @@ class ConfigProblem:
         return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
 
 
-class ConfigError(Exception):
+class ConfigError(CosyvoicedError):
     """The config could not be loaded; `problems` lists every reason."""
 
     code = "bad_config"
@@ -69,13 +71,8 @@ def load_config(path: str | os.PathLike[str] | None, overrides: typing.Sequence[
     overridden = frozenset(_apply_override(data, item, problems) for item in overrides)
     where = _Where(source, lines, overridden)
     config = _build(Config, data, "", where, problems)
-    if not problems:  # cross-field checks, owned by the sections' stages
-        from cosyvoiced.listen.vad import config_problems as vad_problems
-        from cosyvoiced.serve.http.server import config_problems as api_problems
-        from cosyvoiced.workers.pool.cpus import config_problems as worker_problems
-
-        for check in (worker_problems, api_problems, vad_problems):
-            problems += [where.problem(key, msg) for key, msg in check(config)]
+    if not problems:  # cross-field checks (config/checks.py)
+        problems += [where.problem(key, msg) for key, msg in config_problems(config)]
     if problems:
         raise ConfigError(problems)
     assert isinstance(config, Config)

@@ -73,7 +73,7 @@ class WorkersConfig:
     clause_max_chars: int = opt(80, min=20, max=10000)
     """Workers cut clauses longer than this (tts.max_clause_chars when smaller): each
     clause is one uninterruptible ONNX run, so a long one delays every other stream on
-    its worker (80 chars: about 3.5 s of speech, under 0.7 s of synthesis here)."""
+    its worker (80 chars: about 3.5 s of speech)."""
     admit_busy_max: float = opt(0.85, min=0.05, max=4.0, live=True)
     """Refuse new streams/requests when a worker's load with one more would exceed this
     (busy fraction of its CPUs; load = max(measured busy, speaking streams x RTF))."""
@@ -154,11 +154,11 @@ class AsrConfig:
     threads: int = opt(1, min=1, max=64)
     """CTranslate2 intra-op threads per worker (count them in the worker's core budget)."""
     min_encoder_frames: int = opt(1200, min=100, max=3000, live=True)
-    """Shortest encoder input in 10 ms frames (Whisper pads to 3000; shorter is faster:
-    on the 563 Asterisk prompts 1200 gave 6.89 % WER in 0.38x the time of 2000's 6.86 %)."""
+    """Shortest encoder input in 10 ms frames (Whisper pads to 3000; shorter is faster, and
+    1200 keeps the WER of 2000: see docs/performance.md)."""
     max_batch: int = opt(8, min=1, max=64)
-    """Utterances decoded together in one call. Memory follows it: under 6 to 30 concurrent
-    calls a worker peaked at 453 MB with 8, 337 MB with 1 (same reply latency there)."""
+    """Utterances decoded together in one call. A worker's memory grows with it (peaks in
+    docs/performance.md)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from cosyvoiced.errors import CosyvoicedError
+
 if TYPE_CHECKING:
     import onnxruntime as ort
 
@@ -41,7 +43,7 @@ class GraphRewrite:
     """Rewrites an onnx.ModelProto in place; ValueError: does not apply to this model."""
 
 
-class OnnxError(Exception):
+class OnnxError(CosyvoicedError):
     """An ONNX Runtime failure (import, load, or run), with a stable `code`."""
 
     code = "onnx_error"

@@ -11,8 +11,10 @@ import itertools
 import time
 from dataclasses import dataclass, field
 
+from cosyvoiced.errors import CosyvoicedError
 
-class Refused(Exception):
+
+class Refused(CosyvoicedError):
     """A new stream was not admitted; `code` says why."""
 
     def __init__(self, code: str, message: str) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from cosyvoiced.errors import CosyvoicedError
 
-class TtsError(Exception):
+
+class TtsError(CosyvoicedError):
     """Base of every TTS request error."""
 
     code = "tts_error"

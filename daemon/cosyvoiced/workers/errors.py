@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from cosyvoiced.errors import CosyvoicedError
 
-class WorkerError(Exception):
+
+class WorkerError(CosyvoicedError):
     """Base of every error the worker pool raises or reports."""
 
     code = "worker_error"

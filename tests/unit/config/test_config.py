@@ -5,11 +5,14 @@ from __future__ import annotations
 import subprocess
 import sys
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from cosyvoiced.config import Config, ConfigError, changed_keys, dump_config, load_config
+from cosyvoiced.config.checks import config_problems
+from cosyvoiced.config.schema import ApiConfig, VadConfig
 
 BIN = Path(sys.executable).parent
 
@@ -143,3 +146,35 @@ def test_vad_silence_threshold_above_speech_threshold_is_refused(tmp_path):
     path = tmp_path / "equal.toml"
     path.write_text("[vad]\nthreshold = 0.4\nneg_threshold = 0.4\n")
     assert load_config(path).vad.neg_threshold == 0.4
+
+
+def test_workers_cpu_list_and_thread_budget(tmp_path):
+    (msg,) = _problems('[workers]\ncpus = "3-1"\n', tmp_path)
+    assert ":2: workers.cpus: bad CPU list '3-1'" in msg and "ascending" in msg
+    (msg,) = _problems('[workers]\ncpus = "0-1"\ncount = 2\nonnx_threads = 2\n', tmp_path)
+    assert "workers.onnx_threads" in msg and "2 x 2 = 4 ONNX threads" in msg and "2 CPU(s)" in msg
+    path = tmp_path / "ok.toml"
+    path.write_text('[workers]\ncpus = ""\ncount = 64\nonnx_threads = 4\n')  # checked at start
+    assert load_config(path).workers.count == 64
+
+
+def test_enabled_servers_listen_addresses_are_checked(tmp_path):
+    (msg,) = _problems('[audiosocket]\nenabled = true\nlisten = "tcp://127.0.0.1:x"\n',
+                       tmp_path)
+    assert ":3: audiosocket.listen: 'tcp://127.0.0.1:x': expected HOST:PORT" in msg
+    (msg,) = _problems('[wyoming]\nenabled = true\nlisten = "unix:"\n', tmp_path)
+    assert "wyoming.listen: 'unix:': empty socket path" in msg
+    path = tmp_path / "ok.toml"
+    path.write_text('[audiosocket]\nenabled = true\nlisten = "[::1]:9092"\n'
+                    '[wyoming]\nenabled = true\nlisten = "127.0.0.1:10200"\n')
+    assert load_config(path).wyoming.listen == "127.0.0.1:10200"
+    path.write_text('[audiosocket]\nlisten = "nonsense"\n[wyoming]\nlisten = "nonsense"\n')
+    assert load_config(path).audiosocket.listen == "nonsense"  # disabled: never read
+
+
+def test_checks_return_key_and_message():
+    assert config_problems(Config()) == []
+    config = replace(Config(), api=ApiConfig(listen=("tcp://0.0.0.0:1", "ftp://x")),
+                     vad=VadConfig(threshold=0.3, neg_threshold=0.4))
+    assert [key for key, _ in config_problems(config)] == ["api.token", "api.listen[1]",
+                                                           "vad.neg_threshold"]

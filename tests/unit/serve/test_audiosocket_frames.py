@@ -13,10 +13,10 @@ from cosyvoiced.serve.audiosocket.frames import (
     CallId,
     Dtmf,
     Error,
+    FrameError,
     FrameParser,
     Hangup,
     Kind,
-    ProtocolError,
 )
 
 
@@ -66,7 +66,7 @@ def test_malformed_frames_are_typed_errors(wire, code):
                                                    Kind.SLIN, Kind.ERROR}))
     assert parser.feed(wire) == []
     assert parser.error is not None and parser.error.code == code
-    with pytest.raises(ProtocolError) as info:
+    with pytest.raises(FrameError) as info:
         parser.feed(b"\x00\x00\x00")
     assert info.value.code == code
 

@@ -11,9 +11,9 @@ from tools.bench.callmix import (
     MIN_GAP_S,
     TAIL_S,
     CallPlan,
+    CallRamp,
     Clip,
     Heard,
-    Ramp,
     Span,
     clips,
     judge,
@@ -22,7 +22,8 @@ from tools.bench.callmix import (
     search,
     trim,
 )
-from tools.bench.prompts import prompts
+
+from cosyvoiced.testing.prompts import prompts
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +105,7 @@ def test_the_ramp_finds_the_limit(limit):
 def test_the_ramp_stops_at_its_resolution_and_trial_budget():
     best, fail = search(lambda n: n <= 100, 10, 12, resolution=0.1)
     assert fail is not None and best <= 100 < fail and fail - best <= 10
-    r = Ramp(10, 3)
+    r = CallRamp(10, 3)
     seen = []
     while (n := r.next()) is not None:
         seen.append(n)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import errno
 
+from cosyvoiced.errors import CosyvoicedError
+
 __all__ = [
     "AlsaError",
     "DeviceBusy",
@@ -23,7 +25,7 @@ __all__ = [
 ]
 
 
-class AlsaError(Exception):
+class AlsaError(CosyvoicedError):
     """An ALSA call failed on a device."""
 
     code = "alsa_error"

@@ -8,8 +8,8 @@ Opened by `pcm.LibasoundPcm` (never auto-start, avail_min of one period). Playba
 one buffer of silence and starts explicitly; capture starts explicitly. Each `read`/`write`
 is one blocking readi/writei of a period into/from the caller's buffer, whose address is
 looked up once and cached: the loop creates no arrays. No snd_pcm_wait before it: on
-ALSA's pulse plugin that poll misses wake-ups (measured: ~2% of periods stalled to the
-200 ms timeout, and the sink underran), while the blocking call's own wait does not.
+ALSA's pulse plugin that poll misses wake-ups (periods stalled to the timeout and the sink
+underran: docs/performance.md), while the blocking call's own wait does not.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ import uuid
 from dataclasses import dataclass
 from enum import IntEnum
 
+from cosyvoiced.errors import CosyvoicedError
+
 HEADER = struct.Struct(">BH")
 SLIN_8K_FRAME_BYTES = 320
 """20 ms of signed-linear 16-bit 8 kHz mono: what we send, one frame per tick."""
@@ -34,8 +36,9 @@ class AsteriskErrorCode(IntEnum):
     MEMORY = 0x04
 
 
-class ProtocolError(Exception):
-    """The peer broke the protocol; the call ends with this reason."""
+class FrameError(CosyvoicedError):
+    """A malformed AudioSocket frame: the peer broke the protocol; the call ends with this
+    reason."""
 
     def __init__(self, code: str, message: str) -> None:
         self.code = code
@@ -103,7 +106,7 @@ class FrameParser:
         self.max_payload_bytes = max_payload_bytes
         self.accepted_kinds = accepted_kinds
         self._buf = bytearray()
-        self.error: ProtocolError | None = None
+        self.error: FrameError | None = None
 
     @property
     def pending_bytes(self) -> int:
@@ -126,7 +129,7 @@ class FrameParser:
                     break
                 frames.append(self._decode(kind, bytes(view[pos + HEADER.size:end])))
                 pos = end
-        except ProtocolError as exc:
+        except FrameError as exc:
             self.error = exc
         finally:
             view.release()
@@ -135,10 +138,10 @@ class FrameParser:
 
     def _check_header(self, kind: int, length: int) -> None:
         if kind not in self.accepted_kinds:
-            raise ProtocolError("unknown_kind", f"frame kind 0x{kind:02x} is not accepted")
+            raise FrameError("unknown_kind", f"frame kind 0x{kind:02x} is not accepted")
         if length > self.max_payload_bytes:
-            raise ProtocolError("oversize_frame",
-                                f"payload of {length} bytes exceeds {self.max_payload_bytes}")
+            raise FrameError("oversize_frame",
+                             f"payload of {length} bytes exceeds {self.max_payload_bytes}")
 
     @staticmethod
     def _decode(kind: int, payload: bytes) -> Frame:
@@ -146,15 +149,15 @@ class FrameParser:
             return Hangup()
         if kind == Kind.UUID:
             if len(payload) != 16:
-                raise ProtocolError("bad_uuid", f"UUID payload is {len(payload)} bytes, not 16")
+                raise FrameError("bad_uuid", f"UUID payload is {len(payload)} bytes, not 16")
             return CallId(uuid.UUID(bytes=payload))
         if kind == Kind.DTMF:
             if len(payload) != 1 or payload[0] not in DTMF_DIGITS:
-                raise ProtocolError("bad_dtmf", f"DTMF payload {payload!r} is not one digit")
+                raise FrameError("bad_dtmf", f"DTMF payload {payload!r} is not one digit")
             return Dtmf(payload.decode("ascii"))
         if kind == Kind.SLIN:
             if not payload or len(payload) % 2:
-                raise ProtocolError("bad_audio",
-                                    f"audio payload of {len(payload)} bytes (must be even, > 0)")
+                raise FrameError("bad_audio",
+                                 f"audio payload of {len(payload)} bytes (must be even, > 0)")
             return Audio(payload)
         return Error(payload[0] if payload else None)

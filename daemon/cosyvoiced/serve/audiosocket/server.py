@@ -11,7 +11,9 @@ import contextlib
 
 import structlog
 
+from cosyvoiced.config.addr import AUDIOSOCKET_FORMS, ListenAddress
 from cosyvoiced.config.schema import AudioSocketConfig
+from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.metrics import Metrics
 from cosyvoiced.serve.audiosocket.call import FRAME_SAMPLES, RATE_HZ, Call
@@ -26,7 +28,7 @@ TICK_S = FRAME_SAMPLES / RATE_HZ
 ACCEPTED_KINDS = frozenset({Kind.HANGUP, Kind.UUID, Kind.DTMF, Kind.SLIN, Kind.ERROR})
 
 
-class UnknownCall(Exception):
+class UnknownCall(CosyvoicedError):
     code = "unknown_call"
 
 
@@ -51,9 +53,9 @@ class AudioSocketServer:
             raise UnknownCall(f"no active call {call_id!r}") from None
 
     async def start(self) -> None:
-        host, _, port = self.config.listen.rpartition(":")
-        self._server = await asyncio.start_server(self._accept, host.strip("[]"), int(port))
-        self.bound = f"{host}:{self._server.sockets[0].getsockname()[1]}"
+        addr = ListenAddress.parse(self.config.listen, AUDIOSOCKET_FORMS)
+        self._server = await asyncio.start_server(self._accept, addr.host, addr.port)
+        self.bound = f"{addr.bracketed_host}:{self._server.sockets[0].getsockname()[1]}"
         self.clock.start()
         log.info("audiosocket_listening", listen=self.bound)
 

@@ -15,6 +15,7 @@ from cosyvoiced.audio.alsa.device import AudioThread, Opener, start_device
 from cosyvoiced.audio.alsa.errors import AlsaError
 from cosyvoiced.audio.ring import Ring
 from cosyvoiced.config.schema import AudioDeviceConfig
+from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.runtime.metrics import Metrics
 
 log = structlog.get_logger(__name__)
@@ -29,7 +30,7 @@ PUMP_S = 0.02
 RETRY_INITIAL_S = 1.0
 
 
-class DeviceError(Exception):
+class DeviceError(CosyvoicedError):
     """A request for a local device that cannot be served."""
 
     code = "device_error"

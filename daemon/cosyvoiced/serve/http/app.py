@@ -14,6 +14,7 @@ from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.metrics import CONTENT_TYPE, Metrics
 from cosyvoiced.serve.audiosocket.server import AudioSocketServer
 from cosyvoiced.serve.devices import Devices
+from cosyvoiced.serve.errors import status_for, status_of
 from cosyvoiced.serve.http.calls import CallRoutes
 from cosyvoiced.serve.http.errors import ApiError
 from cosyvoiced.serve.http.play import PlayRoutes
@@ -60,7 +61,8 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
         return error_response(exc.status, code, exc.text or exc.reason)
     except Exception:
         log.exception("http_handler_failed", path=request.path)
-        return error_response(500, "internal", "internal error; see the daemon log")
+        return error_response(status_of("internal"), "internal",
+                              "internal error; see the daemon log")
 
 
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
@@ -79,7 +81,7 @@ def bearer_auth(token: str) -> Any:
         if over_tcp and request.path not in OPEN_PATHS:
             got = request.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(got, expected):
-                return error_response(401, "unauthorized",
+                return error_response(status_of("unauthorized"), "unauthorized",
                                       "send Authorization: Bearer <api.token>")
         return await handler(request)
 
@@ -153,7 +155,7 @@ def make_app(daemon: DaemonView, token: str = "") -> web.Application:
         try:
             info = daemon.streams.open("debug")
         except Refused as exc:
-            return error_response(503, exc.code, str(exc))
+            return error_response(status_for(exc), exc.code, str(exc))
         loop = asyncio.get_running_loop()
         loop.call_later(seconds, daemon.streams.close, info.id)
         return web.json_response({"stream": info.id, "seconds": seconds}, status=202)

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from cosyvoiced.serve.audiosocket.server import AudioSocketServer, UnknownCall
-from cosyvoiced.serve.http.errors import ApiError, read_json
+from cosyvoiced.serve.errors import api_error, as_api_error
+from cosyvoiced.serve.http.errors import read_json
 from cosyvoiced.serve.speech import Unavailable
 from cosyvoiced.tts.errors import TtsError
 
@@ -25,7 +26,7 @@ class CallRoutes:
         try:
             return self.server.call(request.match_info["id"])
         except UnknownCall as exc:
-            raise ApiError(404, exc.code, str(exc)) from None
+            raise as_api_error(exc) from None
 
     async def list_calls(self, _request: web.Request) -> web.Response:
         return web.json_response({"calls": [
@@ -37,14 +38,11 @@ class CallRoutes:
         body = await read_json(request)
         text = body.get("text")
         if not isinstance(text, str):
-            raise ApiError(400, "missing_field", "'text' (a string) is required")
+            raise api_error("missing_field", "'text' (a string) is required")
         try:
             await call.say(text)
-        except TtsError as exc:
-            raise ApiError(413 if exc.code == "text_too_long" else 400, exc.code,
-                           str(exc)) from None
-        except Unavailable as exc:
-            raise ApiError(503, exc.code, str(exc)) from None
+        except (TtsError, Unavailable) as exc:
+            raise as_api_error(exc) from None
         return web.json_response({"call": call.id, "speaking": True}, status=202)
 
     async def stop(self, request: web.Request) -> web.Response:

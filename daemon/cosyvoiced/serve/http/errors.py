@@ -7,8 +7,10 @@ from typing import Any
 
 from aiohttp import web
 
+from cosyvoiced.errors import CosyvoicedError
 
-class ApiError(Exception):
+
+class ApiError(CosyvoicedError):
     """Answered as `{"error": {"code", "message"}}` with `status`."""
 
     def __init__(self, status: int, code: str, message: str) -> None:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from cosyvoiced.serve.devices import Devices, DeviceUnavailable, NoPlaybackDevice, UnknownDevice
-from cosyvoiced.serve.http.errors import ApiError, read_json
+from cosyvoiced.serve.errors import api_error, as_api_error
+from cosyvoiced.serve.http.errors import read_json
 from cosyvoiced.serve.speech import Unavailable
 from cosyvoiced.serve.streams import Refused
 from cosyvoiced.tts.errors import TtsError
@@ -18,7 +19,7 @@ from cosyvoiced.tts.request import SynthesisOptions
 def _optional_str(body: dict, key: str) -> str | None:
     value = body.get(key)
     if value is not None and not isinstance(value, str):
-        raise ApiError(400, "bad_parameter", f"'{key}' must be a string")
+        raise api_error("bad_parameter", f"'{key}' must be a string")
     return value or None
 
 
@@ -35,22 +36,14 @@ class PlayRoutes:
         body = await read_json(request)
         text = body.get("text")
         if not isinstance(text, str):
-            raise ApiError(400, "missing_field", "'text' (a string) is required")
+            raise api_error("missing_field", "'text' (a string) is required")
         device = _optional_str(body, "device")
         options = SynthesisOptions(voice=_optional_str(body, "voice"))
         try:
             started = await self.devices.play(text, options, device)
-        except (UnknownDevice, NoPlaybackDevice) as exc:
-            raise ApiError(404, exc.code, str(exc)) from None
-        except DeviceUnavailable as exc:
-            raise ApiError(503, exc.code, str(exc)) from None
-        except Refused as exc:
-            raise ApiError(503, exc.code, str(exc)) from None
-        except TtsError as exc:
-            raise ApiError(413 if exc.code == "text_too_long" else 400, exc.code,
-                           str(exc)) from None
-        except Unavailable as exc:
-            raise ApiError(503, exc.code, str(exc)) from None
+        except (UnknownDevice, NoPlaybackDevice, DeviceUnavailable, Refused, TtsError,
+                Unavailable) as exc:
+            raise as_api_error(exc) from None
         return web.json_response(started, status=202)
 
     async def stop(self, request: web.Request) -> web.Response:
@@ -60,7 +53,7 @@ class PlayRoutes:
         try:
             stopped = self.devices.stop_playing(device)
         except (UnknownDevice, NoPlaybackDevice) as exc:
-            raise ApiError(404, exc.code, str(exc)) from None
+            raise as_api_error(exc) from None
         return web.json_response({"stopped": stopped})
 
     async def list_devices(self, _request: web.Request) -> web.Response:

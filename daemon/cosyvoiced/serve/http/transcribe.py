@@ -20,7 +20,7 @@ from aiohttp import WSMsgType, web
 from cosyvoiced.audio.codec import s16_to_f32
 from cosyvoiced.audio.resample import SUPPORTED_RATES_HZ, StreamResampler
 from cosyvoiced.listen.events import EventBus, Transcript, VoiceStarted, VoiceStopped
-from cosyvoiced.serve.http.errors import ApiError
+from cosyvoiced.serve.errors import api_error, as_api_error
 from cosyvoiced.serve.speech import Listening, Speech, Synthesis, Unavailable
 from cosyvoiced.serve.streams import Refused, Streams
 from cosyvoiced.tts.errors import TtsError
@@ -41,33 +41,33 @@ def decode_upload(body: bytes, content_type: str, rate_param: str | None) -> tup
                                                                                    int]:
     """A WAV file (16-bit mono) or raw s16le PCM (rate from `?rate_hz=`) -> samples, rate."""
     if not body:
-        raise ApiError(400, "empty_audio", "the upload is empty")
+        raise api_error("empty_audio", "the upload is empty")
     if content_type in ("audio/wav", "audio/x-wav", "audio/wave") or body[:4] == b"RIFF":
         try:
             with wave.open(io.BytesIO(body)) as w:
                 if w.getsampwidth() != 2 or w.getnchannels() != 1:
-                    raise ApiError(415, "unsupported_audio",
-                                   f"need 16-bit mono WAV, got {8 * w.getsampwidth()}-bit "
-                                   f"{w.getnchannels()}-channel")
+                    raise api_error("unsupported_audio",
+                                    f"need 16-bit mono WAV, got {8 * w.getsampwidth()}-bit "
+                                    f"{w.getnchannels()}-channel")
                 rate = w.getframerate()
                 data = w.readframes(w.getnframes())
         except (wave.Error, EOFError) as exc:
-            raise ApiError(400, "bad_wav", f"not a readable WAV file: {exc}") from None
+            raise api_error("bad_wav", f"not a readable WAV file: {exc}") from None
     elif content_type in ("application/octet-stream", "audio/l16", "audio/pcm"):
         try:
             rate = int(rate_param or "16000")
         except ValueError:
-            raise ApiError(400, "bad_parameter", "rate_hz must be an integer") from None
+            raise api_error("bad_parameter", "rate_hz must be an integer") from None
         data = body
     else:
-        raise ApiError(415, "unsupported_media_type",
-                       "send audio/wav, or raw s16le PCM as application/octet-stream "
-                       "with ?rate_hz=")
+        raise api_error("unsupported_media_type",
+                        "send audio/wav, or raw s16le PCM as application/octet-stream "
+                        "with ?rate_hz=")
     if rate not in SUPPORTED_RATES_HZ:
-        raise ApiError(400, "unsupported_rate", f"rate {rate} Hz; supported: "
-                       f"{', '.join(map(str, SUPPORTED_RATES_HZ))}")
+        raise api_error("unsupported_rate", f"rate {rate} Hz; supported: "
+                        f"{', '.join(map(str, SUPPORTED_RATES_HZ))}")
     if len(data) % 2:
-        raise ApiError(400, "bad_audio", "PCM byte count must be even (16-bit samples)")
+        raise api_error("bad_audio", "PCM byte count must be even (16-bit samples)")
     return pcm16_to_f32(data), rate
 
 
@@ -86,12 +86,12 @@ class ListenRoutes:
         try:
             info = self.streams.open(kind)
         except Refused as exc:
-            raise ApiError(503, exc.code, str(exc)) from None
+            raise as_api_error(exc) from None
         try:
             return await self.speech.listen(rate_hz, info.id), info.id
         except Unavailable as exc:
             self.streams.close(info.id)
-            raise ApiError(503, exc.code, str(exc)) from None
+            raise as_api_error(exc) from None
         except BaseException:
             self.streams.close(info.id)
             raise
@@ -154,9 +154,9 @@ class ListenRoutes:
             rate = int(request.query.get("rate_hz", "16000"))
             out_rate = int(request.query.get("out_rate_hz", "16000"))
         except ValueError:
-            raise ApiError(400, "bad_parameter", "rate_hz/out_rate_hz must be integers") from None
+            raise api_error("bad_parameter", "rate_hz/out_rate_hz must be integers") from None
         if rate not in LISTEN_RATES_HZ or out_rate not in SUPPORTED_RATES_HZ:
-            raise ApiError(400, "unsupported_rate", f"rate_hz must be one of {LISTEN_RATES_HZ}")
+            raise api_error("unsupported_rate", f"rate_hz must be one of {LISTEN_RATES_HZ}")
         listening, stream_id = await self._listen(rate, "ws")
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=1 << 20)
         await ws.prepare(request)

@@ -16,7 +16,9 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.runtime.metrics import Metrics
+from cosyvoiced.serve.errors import api_error, as_api_error, status_for
 from cosyvoiced.serve.http.errors import ApiError, read_json
 from cosyvoiced.serve.speech import Speech, Synthesis, Unavailable
 from cosyvoiced.serve.streams import Refused, Streams
@@ -65,13 +67,13 @@ class TtsRoutes:
         text = _field(body, "text", str, required=True)
         container = _field(body, "format", str) or "wav"
         if container not in CONTENT_TYPES:
-            raise ApiError(400, "unsupported_format",
-                           f"format must be one of {', '.join(CONTENT_TYPES)}")
+            raise api_error("unsupported_format",
+                            f"format must be one of {', '.join(CONTENT_TYPES)}")
         speed = _field(body, "speed", float)
         length_scale = _field(body, "length_scale", float)
         if speed is not None:
             if not 0.25 <= speed <= 4.0:
-                raise ApiError(400, "bad_parameter", "speed must be within [0.25, 4.0]")
+                raise api_error("bad_parameter", "speed must be within [0.25, 4.0]")
             length_scale = 1.0 / speed
         options = SynthesisOptions(
             voice=_field(body, "voice", str), speaker=_field(body, "speaker", (int, str)),
@@ -87,14 +89,14 @@ class TtsRoutes:
         text = _field(body, "input", str, required=True)
         fmt = _field(body, "response_format", str) or "wav"
         if fmt not in ("wav", "pcm"):
-            raise ApiError(400, "unsupported_format",
-                           f"response_format {fmt!r} is not supported; use wav or pcm")
+            raise api_error("unsupported_format",
+                            f"response_format {fmt!r} is not supported; use wav or pcm")
         voice = _field(body, "voice", str)
         if voice in OPENAI_VOICES:
             voice = None
         speed = _field(body, "speed", float)
         if speed is not None and not 0.25 <= speed <= 4.0:
-            raise ApiError(400, "bad_parameter", "speed must be within [0.25, 4.0]")
+            raise api_error("bad_parameter", "speed must be within [0.25, 4.0]")
         options = SynthesisOptions(voice=voice, rate_hz=OPENAI_RATE_HZ, format="s16le",
                                    length_scale=1.0 / speed if speed else None)
         return await self._stream(request, text, options, "wav" if fmt == "wav" else "s16le",
@@ -107,7 +109,7 @@ class TtsRoutes:
             info = self.streams.open("tts")
         except Refused as exc:
             self.metrics.refused.labels(exc.code).inc()
-            raise ApiError(503, exc.code, str(exc)) from None
+            raise as_api_error(exc) from None
         response: web.StreamResponse | None = None
         synthesis: Synthesis | None = None
         audio_s = 0.0
@@ -115,11 +117,10 @@ class TtsRoutes:
             try:
                 synthesis = await self.speech.synthesize(text, options, info.id)
             except TtsError as exc:
-                raise ApiError(413 if exc.code == "text_too_long" else 400, exc.code,
-                               str(exc)) from None
+                raise as_api_error(exc) from None
             except Unavailable as exc:
                 self.metrics.refused.labels(exc.code).inc()
-                raise ApiError(503, exc.code, str(exc)) from None
+                raise as_api_error(exc) from None
             async for chunk in _guard(synthesis, info.id):
                 if response is None:
                     ttfa_s = time.monotonic() - t0
@@ -154,7 +155,7 @@ class TtsRoutes:
         log.info("tts_done", stream_id=info.id, kind=kind, audio_s=round(audio_s, 3),
                  rtf=round(took_s / audio_s, 4) if audio_s else None)
         if response is None:  # text that normalized to nothing speakable
-            raise ApiError(400, "empty_text", "nothing to speak after normalization")
+            raise api_error("empty_text", "nothing to speak after normalization")
         await _end_with_trailers(response, {
             "X-Audio-Seconds": f"{audio_s:.3f}",
             "X-Real-Time-Factor": f"{took_s / audio_s:.4f}" if audio_s else "0"})
@@ -168,11 +169,10 @@ async def _guard(synthesis: Synthesis, stream_id: str) -> Any:
             yield chunk
     except (TtsError, Unavailable) as exc:
         log.error("tts_failed", stream_id=stream_id, code=exc.code, error=str(exc))
-        status = 400 if isinstance(exc, TtsError) else 503
-        raise MidStreamError(status, exc.code, str(exc)) from exc
+        raise MidStreamError(status_for(exc), exc.code, str(exc)) from exc
 
 
-class MidStreamError(Exception):
+class MidStreamError(CosyvoicedError):
     """Synthesis failed: before any audio it is still an error response; after, the
     response is cut short (no final chunk), never completed as if all was well."""
 
@@ -187,13 +187,13 @@ def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], *,
     value = body.get(name)
     if value is None:
         if required:
-            raise ApiError(400, "missing_field", f"{name!r} is required")
+            raise api_error("missing_field", f"{name!r} is required")
         return None
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
-        raise ApiError(400, "bad_field", f"{name!r} must be {names}, got {type(value).__name__}")
+        raise api_error("bad_field", f"{name!r} must be {names}, got {type(value).__name__}")
     return value
 
 

@@ -40,6 +40,8 @@ from wyoming.vad import VoiceStarted, VoiceStopped
 from cosyvoiced import __version__
 from cosyvoiced.audio.codec import s16_to_f32
 from cosyvoiced.audio.resample import StreamResampler
+from cosyvoiced.config.addr import WYOMING_FORMS, ListenAddress
+from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.events import Transcript as TranscriptEvent
 from cosyvoiced.listen.events import VoiceStarted as VoiceStartedEvent
 from cosyvoiced.listen.events import VoiceStopped as VoiceStoppedEvent
@@ -57,7 +59,7 @@ LISTEN_RATES_HZ = (8000, 16000)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
 
-class ClientError(Exception):
+class ClientError(CosyvoicedError):
     """A well-formed request we cannot serve; the client gets an error event."""
 
     def __init__(self, code: str, message: str) -> None:
@@ -275,18 +277,16 @@ class WyomingServer:
         self.bound = ""
 
     async def start(self) -> None:
-        spec = self.listen
-        if spec.startswith("unix:"):
-            path = spec.removeprefix("unix:")
-            self._server = await asyncio.start_unix_server(self._client, path,
+        addr = ListenAddress.parse(self.listen, WYOMING_FORMS)
+        if addr.kind == "unix":
+            self._server = await asyncio.start_unix_server(self._client, addr.path,
                                                            limit=MAX_LINE_BYTES)
-            self.bound = spec
+            self.bound = self.listen
         else:
-            host, _, port = spec.removeprefix("tcp://").rpartition(":")
-            self._server = await asyncio.start_server(self._client, host.strip("[]"), int(port),
+            self._server = await asyncio.start_server(self._client, addr.host, addr.port,
                                                       limit=MAX_LINE_BYTES)
             real = self._server.sockets[0].getsockname()[1]
-            self.bound = f"tcp://{host}:{real}"
+            self.bound = f"tcp://{addr.bracketed_host}:{real}"
         log.info("wyoming_listening", listen=self.bound)
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

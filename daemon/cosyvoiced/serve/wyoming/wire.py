@@ -13,12 +13,14 @@ from typing import Any
 
 from wyoming.event import Event
 
+from cosyvoiced.errors import CosyvoicedError
+
 MAX_LINE_BYTES = 64 * 1024
 MAX_DATA_BYTES = 1024 * 1024
 MAX_PAYLOAD_BYTES = 1024 * 1024
 
 
-class WyomingProtocolError(Exception):
+class WyomingProtocolError(CosyvoicedError):
     """The peer sent something that is not a well-formed Wyoming event."""
 
     def __init__(self, code: str, message: str) -> None:
