@@ -7,10 +7,6 @@ import os
 import signal
 import time
 
-import pytest
-
-pytestmark = pytest.mark.e2e
-
 WORKERS = ("workers.count=2", 'workers.cpus="0-1"', "workers.onnx_threads=1")
 
 

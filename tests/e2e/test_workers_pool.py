@@ -14,8 +14,6 @@ from cosyvoiced.workers.errors import WorkerError
 from cosyvoiced.workers.pool.cpus import format_cpu_list
 from tests.fixtures.workers import make_runner
 
-pytestmark = pytest.mark.e2e
-
 TEXT = ("Thank you for calling. Your call is important to us, and an agent will be with "
         "you shortly. Please have your account number ready.")
 

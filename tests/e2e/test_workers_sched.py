@@ -12,8 +12,6 @@ import pytest
 from cosyvoiced.testing.pace import PacedReader
 from cosyvoiced.workers.errors import Overloaded
 
-pytestmark = pytest.mark.e2e
-
 SHORT = "Yes, sure. Okay. Fine, thanks. All right. Got it. Sure thing. No problem. Right away."
 """Sentences of 5-13 chars: each is its own clause of about half a second of speech."""
 LONG_SENTENCE = ("The technician will visit your home tomorrow morning to replace the router.")

@@ -3,7 +3,7 @@
 Audio never travels here (it moves through shared-memory rings); these are the small
 control and event messages. The wire format lives in this module only: a message is
 pickled by `multiprocessing.connection.Connection.send` and checked on receipt against
-the known types, so a stray object is a protocol error, not a silent misroute.
+the known types, so a stray object is a `WorkerProtocolError`, not a silent misroute.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
+
+from cosyvoiced.errors import CosyvoicedError
 
 # --- pool -> worker -------------------------------------------------------------------
 
@@ -151,7 +153,9 @@ TO_WORKER = (OpenTts, Say, Cancel, OpenListen, CloseStream, Adopt, SetPolicy, Se
 FROM_WORKER = (Ready, FirstAudio, SayDone, StreamError, ListenEvent, StreamClosed)
 
 
-class ProtocolError(Exception):
+class WorkerProtocolError(CosyvoicedError):
+    """A message on a worker's control pipe that is not one of the known types."""
+
     code = "worker_protocol"
 
 
@@ -163,5 +167,5 @@ def recv(conn: Connection, allowed: tuple[type, ...]) -> Any:
     """Receive one message of an allowed type (EOFError when the peer is gone)."""
     msg = conn.recv()
     if not isinstance(msg, allowed):
-        raise ProtocolError(f"unexpected message {type(msg).__name__}")
+        raise WorkerProtocolError(f"unexpected message {type(msg).__name__}")
     return msg

@@ -1,33 +1,49 @@
 """What the control plane holds for one stream: its ring, its events, say/cancel/close.
 
 Handles live on the asyncio loop that opened them; the pool's supervisor thread hands
-them worker events with `call_soon_threadsafe`, so their state is only touched on the
-loop. The ring is created (and finally unlinked) by the handle's side: the I/O side
-consumes a TTS stream's playback ring and produces a listen stream's capture ring.
+them worker events (`deliver`, `worker_lost`) with `call_soon_threadsafe`, so their
+state is only touched on the loop. The ring is created (and finally unlinked) by the
+handle's side: the I/O side consumes a TTS stream's playback ring and produces a listen
+stream's capture ring. A handle reaches its worker only through `StreamHost` (the pool
+implements it), so this module imports no other part of the pool.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from cosyvoiced.audio.ring import Ring
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.errors import StreamClosed, WorkerError, WorkerLost
 
-if TYPE_CHECKING:
-    from cosyvoiced.workers.pool.pool import WorkerPool
-
 _request_ids = itertools.count(1)
+
+
+class StreamHost(Protocol):
+    """What a handle needs from the pool that opened it."""
+
+    def say(self, handle: TtsHandle, request_id: int, text: str, options: Any,
+            was_idle: bool) -> None:
+        """Send a request to the handle's worker (Overloaded, WorkerLost)."""
+
+    def speaking_changed(self, handle: TtsHandle) -> None:
+        """The handle's last outstanding request settled."""
+
+    def send_to(self, handle: StreamHandle, msg: object) -> None:
+        """Send a control message to the handle's worker, if it has one."""
+
+    def close_stream(self, handle: StreamHandle) -> None:
+        """Forget the stream and close it in its worker."""
 
 
 class StreamHandle:
     kind = "stream"
 
-    def __init__(self, pool: WorkerPool, stream_id: str, worker: int, ring: Ring,
+    def __init__(self, host: StreamHost, stream_id: str, worker: int, ring: Ring,
                  rate_hz: int) -> None:
-        self.pool = pool
+        self.host = host
         self.stream_id = stream_id
         self.worker = worker
         self.ring = ring
@@ -44,10 +60,12 @@ class StreamHandle:
         if self.closed:
             raise StreamClosed(f"stream {self.stream_id} is closed")
 
-    def _deliver(self, msg: object) -> None:
+    def deliver(self, msg: object) -> None:
+        """A worker event for this stream (on the loop; the supervisor schedules it)."""
         self.events.put_nowait(msg)
 
-    def _worker_lost(self) -> None:
+    def worker_lost(self) -> None:
+        """The worker under this stream died (on the loop; the supervisor schedules it)."""
         self.lost += 1
 
     async def close(self) -> None:
@@ -55,7 +73,7 @@ class StreamHandle:
         if self.closed:
             return
         self.closed = True
-        self.pool._close_stream(self)
+        self.host.close_stream(self)
         self.ring.close()
         try:
             self.ring.unlink()
@@ -84,7 +102,7 @@ class TtsHandle(StreamHandle):
         """Queue `text`; returns its request id. Overloaded if the worker cannot take it."""
         self._check_open()
         request_id = next(_request_ids)
-        self.pool._say(self, request_id, text, options, was_idle=not self.outstanding)
+        self.host.say(self, request_id, text, options, was_idle=not self.outstanding)
         self.outstanding.add(request_id)
         self._futures[request_id] = self.loop.create_future()
         return request_id
@@ -104,14 +122,14 @@ class TtsHandle(StreamHandle):
     async def cancel(self) -> None:
         """Drop everything queued for this stream at once (barge-in, hangup)."""
         if not self.closed:
-            self.pool._send_to(self, m.Cancel(self.stream_id))
+            self.host.send_to(self, m.Cancel(self.stream_id))
 
-    def _deliver(self, msg: object) -> None:
+    def deliver(self, msg: object) -> None:
         if isinstance(msg, m.FirstAudio):
             self.first_audio[msg.request_id] = msg.latency_s
         elif isinstance(msg, m.SayDone | m.StreamError):
             self._settle(msg.request_id, msg)
-        super()._deliver(msg)
+        super().deliver(msg)
 
     def _settle(self, request_id: int, msg: m.SayDone | m.StreamError) -> None:
         self.outstanding.discard(request_id)
@@ -123,15 +141,15 @@ class TtsHandle(StreamHandle):
                 fut.set_exception(WorkerError(msg.message, code=msg.code))
                 fut.exception()  # retrieved here: a caller that never waits leaks nothing
         if not self.outstanding:
-            self.pool._speaking_changed(self)
+            self.host.speaking_changed(self)
 
-    def _worker_lost(self) -> None:
-        super()._worker_lost()
+    def worker_lost(self) -> None:
+        super().worker_lost()
         self.ring.set_playing(False)  # the producer is gone; the new one starts clean
         for request_id in list(self.outstanding):
             msg = m.StreamError(self.stream_id, request_id, WorkerLost.code,
                                 f"worker {self.worker} died while synthesizing")
-            self._deliver(msg)
+            self.deliver(msg)
 
 
 class ListenHandle(StreamHandle):
@@ -143,16 +161,16 @@ class ListenHandle(StreamHandle):
         super().__init__(*args, **kw)
         self._flushed: asyncio.Future[bool] | None = None
 
-    def _deliver(self, msg: object) -> None:
+    def deliver(self, msg: object) -> None:
         if isinstance(msg, m.StreamClosed):
             if self._flushed is not None and not self._flushed.done():
                 self._flushed.set_result(True)
             return
-        super()._deliver(msg)
+        super().deliver(msg)
 
-    def _worker_lost(self) -> None:
-        super()._worker_lost()
-        self._deliver(m.StreamError(self.stream_id, -1, WorkerLost.code,
+    def worker_lost(self) -> None:
+        super().worker_lost()
+        self.deliver(m.StreamError(self.stream_id, -1, WorkerLost.code,
                                     f"worker {self.worker} died; VAD state was reset"))
         if self._flushed is not None and not self._flushed.done():
             self._flushed.set_result(False)
@@ -165,7 +183,7 @@ class ListenHandle(StreamHandle):
             return False
         self._flushed = fut = self.loop.create_future()
         try:
-            self.pool._send_to(self, m.CloseStream(self.stream_id))
+            self.host.send_to(self, m.CloseStream(self.stream_id))
             return await asyncio.wait_for(fut, timeout_s)
         except TimeoutError:
             return False

@@ -1,6 +1,7 @@
 """The main-process side of the workers: start, assign, supervise, admit, report.
 
-A supervisor thread owns the worker processes: it spawns them (and one warm spare),
+The pool owns the slots, the open streams (it is their handles' `StreamHost`) and a
+`Supervisor`, whose thread owns the worker processes: it spawns them (and one warm spare),
 reads their messages, and notices deaths through process sentinels. A dead worker's
 slot is taken over by the spare at once (it re-pins itself to the slot's CPUs), the
 slot's streams are re-opened there, their in-flight requests end with a `worker_lost`
@@ -15,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import itertools
-import os
 import threading
 import time
 from collections.abc import Callable
@@ -31,9 +31,9 @@ from cosyvoiced.workers.errors import PoolNotRunning, WorkerError, WorkerLost
 from cosyvoiced.workers.pool.admission import Admission, WorkerLoad
 from cosyvoiced.workers.pool.cpus import format_cpu_list, inference_cpus, share_cpus
 from cosyvoiced.workers.pool.handles import ListenHandle, StreamHandle, TtsHandle
-from cosyvoiced.workers.pool.procs import Proc, Slot
-from cosyvoiced.workers.pool.supervisor import Supervision
-from cosyvoiced.workers.worker.entry import WorkerSetup
+from cosyvoiced.workers.pool.procs import Slot, join_all
+from cosyvoiced.workers.pool.supervisor import Supervisor
+from cosyvoiced.workers.setup import WorkerSetup
 
 log = structlog.get_logger(__name__)
 
@@ -46,7 +46,7 @@ PLAYBACK_EXTRA_S = 4.0
 """Playback ring room beyond the lookahead (a clause can be a few seconds long)."""
 
 
-class WorkerPool(Supervision):
+class WorkerPool:
     def __init__(self, workers: Any, setup: WorkerSetup, *, health: Health | None = None,
                  publish: Callable[[Any], None] | None = None) -> None:
         self.config = workers
@@ -57,28 +57,24 @@ class WorkerPool(Supervision):
         self.slots = [Slot(i, share) for i, share in enumerate(shares)]
         self.all_cpus = tuple(c for share in shares for c in share)
         self.admission = Admission(workers.admit_busy_max, workers.max_streams)
-        self.restarts = 0
         self.running = False
         self._handles: dict[str, StreamHandle] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()  # slot stream maps and procs, between loop and supervisor
-        self._spare: Proc | None = None
-        self._timers: list[tuple[float, Callable[[], None]]] = []
-        self._tasks: list[Callable[[], None]] = []
-        self._wake_r, self._wake_w = os.pipe()
-        self._closing = False
-        self._start_error: str | None = None
-        self._thread = threading.Thread(target=self._supervise, name="worker-supervisor",
-                                        daemon=True)
+        self.supervisor = Supervisor(self, self.slots, self._lock, spare_cpus=self.all_cpus,
+                                     publish=publish)
         # Workers ignore SIGTERM (systemd signals the whole cgroup on stop), so the
         # terminate() multiprocessing tries at exit would wait forever: kill them first.
-        atexit.register(self._kill_at_exit)
+        atexit.register(self.supervisor.kill_all)
 
-    def _kill_at_exit(self) -> None:
-        self._closing = True
-        for p in self._procs():
-            if p.proc.is_alive():
-                p.kill()
+    @property
+    def restarts(self) -> int:
+        """Worker deaths replaced since the pool started."""
+        return self.supervisor.restarts
+
+    def handle(self, stream_id: str) -> StreamHandle | None:
+        """The open stream `stream_id` (the supervisor routes worker messages by it)."""
+        return self._handles.get(stream_id)
 
     @classmethod
     def from_config(cls, config: Any, *, health: Health | None = None,
@@ -112,21 +108,19 @@ class WorkerPool(Supervision):
             return
         self.setup = replace(self.setup, vad=vad, asr=asr)
         msg = m.SetListen(vad, asr)
-        for p in self._procs():
+        for p in self.supervisor.procs():
             p.send(msg)
 
     # --- lifecycle ----------------------------------------------------------------
 
     async def start(self, timeout_s: float = 180.0) -> None:
         """Spawn the workers and wait until each has warmed up and said Ready."""
-        self._thread.start()
-        for slot in self.slots:
-            self._call(lambda s=slot: self._spawn_for(s))
+        self.supervisor.start()
         deadline = time.monotonic() + timeout_s
         while not all(s.proc is not None and s.proc.ready for s in self.slots):
-            if self._start_error:
+            if self.supervisor.start_error:
                 await self.stop()
-                raise WorkerError(self._start_error, code="worker_start")
+                raise WorkerError(self.supervisor.start_error, code="worker_start")
             if time.monotonic() > deadline:
                 await self.stop()
                 raise WorkerError(f"workers not ready within {timeout_s} s", code="worker_start")
@@ -136,47 +130,32 @@ class WorkerPool(Supervision):
             for slot in self.slots:
                 self.health.register(f"worker{slot.index}", slot.heartbeat_s)
         if self.config.spare:  # a little later: not competing with the first requests
-            self._call(lambda: self._after(SPARE_DELAY_S, self._spawn_spare))
+            self.supervisor.spawn_spare_in(SPARE_DELAY_S)
         log.info("workers_ready", count=len(self.slots), cpus=format_cpu_list(self.all_cpus),
                  onnx_threads=self.config.onnx_threads,
                  tts_rtf=[round(s.proc.ready_msg.tts_rtf, 4) for s in self.slots
                           if s.proc and s.proc.ready_msg])
 
     async def stop(self, timeout_s: float = 5.0) -> None:
-        self._closing = True
+        """Close every stream, stop the workers (killing stragglers), end the supervisor."""
+        self.supervisor.closing = True
         self.running = False
         if self.health is not None:
             for slot in self.slots:
                 self.health.unregister(f"worker{slot.index}")
         for handle in list(self._handles.values()):
             await handle.close()
-        procs = self._procs()
+        procs = self.supervisor.procs()
         for p in procs:
             p.send(m.Stop())
-        await asyncio.to_thread(self._join, procs, timeout_s)
-        self._wake()
-        if self._thread.is_alive():
-            await asyncio.to_thread(self._thread.join, 2.0)
-        atexit.unregister(self._kill_at_exit)
-        for fd in (self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-    @staticmethod
-    def _join(procs: list[Proc], timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        for p in procs:
-            p.proc.join(max(0.0, deadline - time.monotonic()))
-            if p.proc.is_alive():
-                p.kill()
-                p.proc.join(1.0)
-            p.close()
+        await asyncio.to_thread(join_all, procs, timeout_s)
+        await asyncio.to_thread(self.supervisor.join, 2.0)
+        atexit.unregister(self.supervisor.kill_all)
 
     # --- streams ------------------------------------------------------------------
 
     def loads(self) -> list[WorkerLoad]:
+        """Each slot's measured load, for admission and status."""
         out = []
         for s in self.slots:
             p = s.proc
@@ -239,8 +218,11 @@ class WorkerPool(Supervision):
         assert isinstance(handle, ListenHandle)
         return handle
 
-    def _say(self, handle: TtsHandle, request_id: int, text: str, options: Any,
-             was_idle: bool) -> None:
+    # StreamHost: what the handles call.
+
+    def say(self, handle: TtsHandle, request_id: int, text: str, options: Any,
+            was_idle: bool) -> None:
+        """Send a request to the handle's worker (Overloaded, WorkerLost)."""
         with self._lock:
             slot = self.slots[handle.worker]
             proc = slot.proc
@@ -253,12 +235,13 @@ class WorkerPool(Supervision):
         if was_idle:
             slot.speaking += 1
 
-    def _speaking_changed(self, handle: TtsHandle) -> None:
+    def speaking_changed(self, handle: TtsHandle) -> None:
         """The handle's last request settled (loop thread)."""
         slot = self.slots[handle.worker]
         slot.speaking = max(0, slot.speaking - 1)
 
-    def _send_to(self, handle: StreamHandle, msg: object) -> None:
+    def send_to(self, handle: StreamHandle, msg: object) -> None:
+        """Send a control message to the handle's worker, if it has one."""
         proc = self.slots[handle.worker].proc
         if proc is not None:
             proc.send(msg)
@@ -272,7 +255,8 @@ class WorkerPool(Supervision):
                 slot.listening = max(0, slot.listening - 1)
             return slot
 
-    def _close_stream(self, handle: StreamHandle) -> None:
+    def close_stream(self, handle: StreamHandle) -> None:
+        """Forget the stream and close it in its worker."""
         slot = self._forget(handle)
         if isinstance(handle, TtsHandle) and handle.outstanding:
             handle.outstanding.clear()
@@ -286,12 +270,13 @@ class WorkerPool(Supervision):
         """Switch every worker's TTS scheduling ("edf" | "fifo"); for tests and benches."""
         msg = m.SetPolicy(policy, self.setup.lookahead_s if lookahead_s is None else lookahead_s,
                           self.setup.first_audio_s if first_audio_s is None else first_audio_s)
-        for p in self._procs():
+        for p in self.supervisor.procs():
             p.send(msg)
 
     # --- figures ------------------------------------------------------------------
 
     def status(self) -> dict[str, Any]:
+        """Per-worker and pool-wide figures (the daemon's status)."""
         now = time.monotonic()
         busy_max = self.admission.busy_max
         workers = []
@@ -316,11 +301,12 @@ class WorkerPool(Supervision):
                      "streams": len(self._handles)},
             "restarts": self.restarts,
             "refused": self.admission.refused,
-            "spare": self._spare is not None and self._spare.ready,
+            "spare": self.supervisor.spare_ready(),
             "policy": self.setup.policy,
         }
 
     def status_line(self) -> str:
+        """One line: the systemd status and the status summary."""
         loads = self.loads()
         up = sum(1 for w in loads if w.alive)
         cap = sum(w.tts_capacity(self.admission.busy_max) for w in loads)

@@ -1,4 +1,9 @@
-"""Worker processes as the pool sees them: spawning, and one record per process/slot."""
+"""Worker processes as the pool sees them: spawning, and one record per process/slot.
+
+A `Proc` is one spawned process (pipe, shared stats, Ready); a `Slot` is a fixed CPU
+share whose process changes across restarts. Which process fills which slot, and when,
+is the supervisor's business (`supervisor`).
+"""
 
 from __future__ import annotations
 
@@ -7,14 +12,14 @@ import os
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cosyvoiced.workers import messages as m
+from cosyvoiced.workers.pool.handles import StreamHandle
+from cosyvoiced.workers.setup import WorkerSetup
 from cosyvoiced.workers.stats import WorkerStats
-from cosyvoiced.workers.worker.entry import THREAD_ENV, WorkerSetup, thread_env, worker_main
-
-if TYPE_CHECKING:
-    from cosyvoiced.workers.pool.handles import StreamHandle
+from cosyvoiced.workers.worker.affinity import THREAD_ENV, thread_env
+from cosyvoiced.workers.worker.entry import worker_main
 
 _CTX = multiprocessing.get_context("spawn")
 _SPAWN_LOCK = threading.Lock()
@@ -88,6 +93,17 @@ class Proc:
     def close(self) -> None:
         self.dead = True
         self.conn.close()
+
+
+def join_all(procs: list[Proc], timeout_s: float) -> None:
+    """Wait up to `timeout_s` in all for the processes to exit; kill the rest; close."""
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        p.proc.join(max(0.0, deadline - time.monotonic()))
+        if p.proc.is_alive():
+            p.kill()
+            p.proc.join(1.0)
+        p.close()
 
 
 class Slot:

@@ -1,7 +1,9 @@
-"""The pool's supervisor thread: worker messages, deaths, hangs, restarts (a mixin).
+"""The pool's supervisor thread: worker messages, deaths, hangs, restarts.
 
-Everything here runs on the one supervisor thread, which also spawns every worker (a
-worker dies with the thread that spawned it: PR_SET_PDEATHSIG).
+The pool owns one `Supervisor`. Everything here runs on its one thread, which also
+spawns every worker (a worker dies with the thread that spawned it: PR_SET_PDEATHSIG);
+the pool's loop thread only starts it, asks for the spare, lists the processes and
+stops it. What it reads from the pool is `SupervisedPool`, passed in.
 """
 
 from __future__ import annotations
@@ -12,45 +14,96 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
 from cosyvoiced.workers import messages as m
+from cosyvoiced.workers.pool.handles import StreamHandle
 from cosyvoiced.workers.pool.procs import Proc, Slot
-
-if TYPE_CHECKING:
-    from cosyvoiced.runtime.health import Health
-    from cosyvoiced.workers.pool.handles import StreamHandle
-    from cosyvoiced.workers.worker.entry import WorkerSetup
+from cosyvoiced.workers.setup import WorkerSetup
 
 log = structlog.get_logger(__name__)
 
 
-class Supervision:
-    config: Any
-    setup: WorkerSetup
-    health: Health | None
-    publish: Callable[[Any], None] | None
-    slots: list[Slot]
-    all_cpus: tuple[int, ...]
-    restarts: int
-    _handles: dict[str, StreamHandle]
-    _lock: threading.Lock
-    _spare: Proc | None
-    _timers: list[tuple[float, Callable[[], None]]]
-    _tasks: list[Callable[[], None]]
-    _wake_r: int
-    _wake_w: int
-    _closing: bool
-    _start_error: str | None
-    running: bool
+class SupervisedPool(Protocol):
+    """What the supervisor reads from the pool that owns it (live: a reload changes it)."""
 
-    def _procs(self) -> list[Proc]:
-        with self._lock:
+    config: Any
+    """`[workers]`: restart_backoff_s, restart_backoff_max_s, hang_restart_s."""
+    setup: WorkerSetup
+    """What the next spawned worker starts with."""
+    running: bool
+    """Every slot was ready once and the pool has not stopped."""
+
+    def handle(self, stream_id: str) -> StreamHandle | None:
+        """The open stream a worker message is for."""
+
+
+class Supervisor:
+    """The supervisor thread of one pool, and the worker processes it spawned."""
+
+    def __init__(self, pool: SupervisedPool, slots: list[Slot], lock: threading.Lock, *,
+                 spare_cpus: tuple[int, ...],
+                 publish: Callable[[Any], None] | None = None) -> None:
+        self.pool = pool
+        self.slots = slots
+        self.lock = lock
+        """The pool's: guards slot stream maps and processes, between loop and supervisor."""
+        self.spare_cpus = spare_cpus
+        self.publish = publish
+        self.restarts = 0
+        self.spare: Proc | None = None
+        self.closing = False
+        """Set when the pool stops: deaths are no longer handled, nothing is spawned."""
+        self.start_error: str | None = None
+        """Why a worker failed to start before the pool was running."""
+        self._timers: list[tuple[float, Callable[[], None]]] = []
+        self._tasks: list[Callable[[], None]] = []
+        self._wake_r, self._wake_w = os.pipe()
+        self._thread = threading.Thread(target=self._supervise, name="worker-supervisor",
+                                        daemon=True)
+
+    # --- the pool's side (any thread) -------------------------------------------------
+
+    def start(self) -> None:
+        """Start the thread and spawn a worker for every slot from it."""
+        self._thread.start()
+        for slot in self.slots:
+            self._call(lambda s=slot: self._spawn_for(s))
+
+    def spawn_spare_in(self, delay_s: float) -> None:
+        """Spawn the warm spare `delay_s` from now."""
+        self._call(lambda: self._after(delay_s, self._spawn_spare))
+
+    def spare_ready(self) -> bool:
+        """A warm spare is waiting to adopt a slot."""
+        return self.spare is not None and self.spare.ready
+
+    def kill_all(self) -> None:
+        """At interpreter exit: SIGKILL every worker (they ignore SIGTERM)."""
+        self.closing = True
+        for p in self.procs():
+            if p.proc.is_alive():
+                p.kill()
+
+    def join(self, timeout_s: float) -> None:
+        """After the workers stopped: end the thread and close its wake pipe."""
+        self._wake()
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def procs(self) -> list[Proc]:
+        """Every worker process: the slots', those warming up, the spare."""
+        with self.lock:
             procs = [p for s in self.slots for p in (s.proc, s.pending) if p is not None]
-            if self._spare is not None:
-                procs.append(self._spare)
+            if self.spare is not None:
+                procs.append(self.spare)
         return list({id(p): p for p in procs}.values())
 
     def _wake(self) -> None:
@@ -70,14 +123,14 @@ class Supervision:
     # --- the thread -----------------------------------------------------------------
 
     def _supervise(self) -> None:
-        while not self._closing:
+        while not self.closing:
             while self._tasks:
                 self._tasks.pop(0)()
             now = time.monotonic()
             for t in [t for t in self._timers if t[0] <= now]:
                 self._timers.remove(t)
                 t[1]()
-            procs = [p for p in self._procs() if not p.dead]
+            procs = [p for p in self.procs() if not p.dead]
             objs: list[Any] = [self._wake_r]
             for p in procs:
                 objs += [p.conn, p.proc.sentinel]
@@ -94,7 +147,7 @@ class Supervision:
             for p in procs:
                 if p.conn in ready:
                     self._drain(p)
-                if p.proc.sentinel in ready and not self._closing:
+                if p.proc.sentinel in ready and not self.closing:
                     self._on_death(p)
             self._check_hangs()
 
@@ -111,30 +164,30 @@ class Supervision:
             return
         if isinstance(msg, m.ListenEvent) and self.publish is not None:
             self.publish(msg.event)
-        handle = self._handles.get(msg.stream_id)
+        handle = self.pool.handle(msg.stream_id)
         if handle is None:
             return
         try:
-            handle.loop.call_soon_threadsafe(handle._deliver, msg)
+            handle.loop.call_soon_threadsafe(handle.deliver, msg)
         except RuntimeError:
             pass  # the handle's loop is closed
 
-    # --- spawning -------------------------------------------------------------------
+    # --- filling slots --------------------------------------------------------------
 
     def _spawn_for(self, slot: Slot) -> None:
-        if self._closing:
+        if self.closing:
             return
-        proc = Proc(slot.index, slot.cpus, self.setup)
-        with self._lock:
+        proc = Proc(slot.index, slot.cpus, self.pool.setup)
+        with self.lock:
             slot.pending = proc
         log.info("worker_starting", index=slot.index, pid=proc.pid, cpus=list(slot.cpus))
 
     def _spawn_spare(self) -> None:
-        if self._closing or self._spare is not None:
+        if self.closing or self.spare is not None:
             return
-        proc = Proc(-1, self.all_cpus, self.setup)
-        with self._lock:
-            self._spare = proc
+        proc = Proc(-1, self.spare_cpus, self.pool.setup)
+        with self.lock:
+            self.spare = proc
         log.info("worker_spare_starting", pid=proc.pid)
 
     def _on_ready(self, p: Proc, msg: m.Ready) -> None:
@@ -143,7 +196,7 @@ class Supervision:
             log.info("worker_spare_ready", pid=p.pid, tts_rtf=round(msg.tts_rtf, 4))
             return
         slot = self.slots[msg.index]
-        with self._lock:
+        with self.lock:
             # Re-open the slot's streams before anyone may send to the new process.
             for handle in slot.streams.values():
                 cls = m.OpenTts if handle.kind == "tts" else m.OpenListen
@@ -166,22 +219,22 @@ class Supervision:
                else f"exit code {code}")
         p.close()
         now = time.monotonic()
-        if p is self._spare:
-            with self._lock:
-                self._spare = None
+        if p is self.spare:
+            with self.lock:
+                self.spare = None
             log.error("worker_spare_died", pid=p.pid, how=how)
-            if not self.running:
+            if not self.pool.running:
                 return
-            self._after(self.config.restart_backoff_s, self._spawn_spare)
+            self._after(self.pool.config.restart_backoff_s, self._spawn_spare)
             return
         slot = next((s for s in self.slots if p in (s.proc, s.pending)), None)
         if slot is None:
             return
-        if not self.running and p.ready_msg is None:
-            self._start_error = f"worker {slot.index} failed to start ({how})"
+        if not self.pool.running and p.ready_msg is None:
+            self.start_error = f"worker {slot.index} failed to start ({how})"
             log.error("worker_start_failed", index=slot.index, pid=p.pid, how=how)
             return
-        with self._lock:
+        with self.lock:
             if slot.proc is p:
                 slot.proc = None
             if slot.pending is p:
@@ -195,33 +248,33 @@ class Supervision:
                   restarts=slot.restarts)
         for handle in handles:
             try:
-                handle.loop.call_soon_threadsafe(handle._worker_lost)
+                handle.loop.call_soon_threadsafe(handle.worker_lost)
             except RuntimeError:
                 pass
         self._replace(slot, now)
 
     def _replace(self, slot: Slot, now_s: float) -> None:
-        delay = slot.backoff_s(now_s, self.config.restart_backoff_s,
-                               self.config.restart_backoff_max_s)
-        spare = self._spare
+        workers = self.pool.config
+        delay = slot.backoff_s(now_s, workers.restart_backoff_s, workers.restart_backoff_max_s)
+        spare = self.spare
         if delay == 0.0 and spare is not None and spare.ready:
-            with self._lock:
-                self._spare = None
+            with self.lock:
+                self.spare = None
                 slot.pending = spare
             spare.index = slot.index
             spare.cpus = slot.cpus
             spare.ready_msg = None  # Ready comes again once it has adopted the slot
             spare.send(m.Adopt(slot.index, slot.cpus))
             log.info("worker_spare_adopting", index=slot.index, pid=spare.pid)
-            self._after(self.config.restart_backoff_s, self._spawn_spare)
+            self._after(workers.restart_backoff_s, self._spawn_spare)
             return
         if delay:
             log.warning("worker_restart_backoff", index=slot.index, delay_s=delay)
         self._after(delay, lambda: self._spawn_for(slot))
 
     def _check_hangs(self) -> None:
-        limit = self.config.hang_restart_s
-        if not limit or not self.running:
+        limit = self.pool.config.hang_restart_s
+        if not limit or not self.pool.running:
             return
         now = time.monotonic()
         for slot in self.slots:

@@ -1,1 +1,2 @@
-"""Inside a worker process: entry, the loop, TTS and ASR scheduling, the VAD tick, listen streams."""
+"""Inside a worker process: entry, pinning (affinity), the loop, TTS and ASR scheduling,
+the VAD tick, listen streams, heap trimming."""

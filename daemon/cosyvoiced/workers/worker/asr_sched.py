@@ -5,11 +5,11 @@ Every finished utterance (any listen stream of the worker) becomes a job whose d
 is its end of speech plus `DEADLINE_S`; a stream being closed makes its jobs due now.
 A batch takes jobs earliest deadline first, as many as can be decoded before the
 earliest one's deadline at the measured cost per utterance (at least one, at most
-`max_batch`), and decodes them in one `WhisperAsr.transcribe` call. Measured on the
-2-core dev box (1 thread, 2000-frame encoder): a batch of 8 took ~6 s, 0.7 s per
-utterance against 0.3-0.45 s alone, so a fixed batch of 8 made every transcript in it
-late and stalled the worker for seconds; at 1000 frames batching is ~2x cheaper per
-utterance. Sizing by slack lets both cases batch only what their deadlines allow.
+`max_batch`), and decodes them in one `WhisperAsr.transcribe` call. Why not a fixed
+batch: with a long encoder input a full batch costs more per utterance than decoding
+alone and stalls the worker for seconds (every transcript in it late), while with a
+short one batching is cheaper per utterance (figures: docs/performance.md). Sizing by
+slack lets both cases batch only what their deadlines allow.
 
 A provisional job (`utterances.Provisional`: decoded while the endpointer still waits out
 `stop_ms`) is decoded like any other, but its result is held until `confirm` (then sent

@@ -116,7 +116,10 @@ class WorkerListening:
         if tap is None:
             return False
         group = self.vad.groups[tap.rate_hz]
-        slot = group.members[stream_id].slot
+        member = group.members[stream_id]
+        slot = member.slot
+        if member.raw:  # the tick removed its DC offset so far: the tap's close goes on
+            tap.dc.dc[0] = group.dc.dc[slot]
         slots = np.array([slot], dtype=np.intp)
 
         def run_vad(window: np.ndarray) -> float:

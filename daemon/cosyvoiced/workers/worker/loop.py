@@ -24,14 +24,10 @@ from cosyvoiced.tts.plan import plan
 from cosyvoiced.tts.request import SynthesisOptions
 from cosyvoiced.tts.synth import TtsEngine
 from cosyvoiced.workers import messages as m
+from cosyvoiced.workers.setup import WorkerSetup
 from cosyvoiced.workers.stats import LoadMeter, WorkerStats
-from cosyvoiced.workers.worker.entry import (
-    WorkerSetup,
-    malloc_trim,
-    pin_all_threads,
-    renice_all,
-    thread_count,
-)
+from cosyvoiced.workers.worker.affinity import pin_all_threads, renice_all, thread_count
+from cosyvoiced.workers.worker.heap import malloc_trim
 from cosyvoiced.workers.worker.listeners import WorkerListening
 from cosyvoiced.workers.worker.tts_sched import SayJob, TtsScheduler, TtsStream
 from cosyvoiced.workers.worker.vad_tick import VadTicker
@@ -43,7 +39,7 @@ IDLE_WAKE_S = 0.1
 TRIM_EVERY_S = 30.0
 """How often a worker returns freed heap memory to the kernel (`malloc_trim`): glibc keeps
 what its per-thread arenas freed, so a worker otherwise stays at the memory of its busiest
-moment (measured after 30 concurrent calls: 485 MB, 401 MB trimmed)."""
+moment (figures: docs/performance.md)."""
 WARMUP_TEXT = "Hello, this is a warm up sentence for the speech worker."
 
 

@@ -17,7 +17,9 @@ voids it and the utterance goes on. That takes up to `stop_ms - EARLY_MS` off ev
 transcript's latency, for one wasted decode per pause between `EARLY_MS` and `stop_ms`.
 
 Every window read is cleaned first (`SampleGuard`: clipped to [-1, 1], NaN -> 0, in
-place), so NaN/inf/huge samples never reach the history, the mel or the VAD state.
+place), so NaN/inf/huge samples never reach the history, the mel or the VAD state; then
+the stream's DC offset is subtracted (`DcRemover`, ~1 s average), so the VAD, the history
+and the mel all get the same zero-mean samples.
 
 Extractors and their frame buffers (about 1 MB each for a 30 s cap) are leased from a
 `MelPool` at voice start and returned at voice stop: memory grows with the utterances
@@ -37,14 +39,15 @@ from typing import Any
 
 import numpy as np
 
-from cosyvoiced.audio.buffers import AudioRing
+from cosyvoiced.audio.buffers import SampleHistory
 from cosyvoiced.audio.resample import StreamResampler
 from cosyvoiced.config.schema import VadConfig
 from cosyvoiced.listen.asr import Utterance
 from cosyvoiced.listen.events import VoiceStarted, VoiceStopped
-from cosyvoiced.listen.features.stream import WHISPER, FrameRing, MelStream
+from cosyvoiced.listen.features.spec import WHISPER
+from cosyvoiced.listen.features.stream import MelFrames, MelStream
 from cosyvoiced.listen.vad import WINDOW_MS, Endpointer
-from cosyvoiced.workers.worker.vad_tick import SampleGuard
+from cosyvoiced.workers.worker.vad_tick import DcRemover, SampleGuard
 
 __all__ = ["ASR_RATE_HZ", "EARLY_MS", "Confirm", "ListenTap", "MelLease", "MelPool",
            "Provisional", "Retract"]
@@ -87,7 +90,7 @@ class MelLease:
 
     def __init__(self, frames_cap: int, cache_dir: str | None = None) -> None:
         self.mel = MelStream(WHISPER, cache_dir=cache_dir)
-        self.frames = FrameRing(frames_cap, WHISPER.n_mels)
+        self.frames = MelFrames(frames_cap, WHISPER.n_mels)
 
     def reset(self) -> None:
         self.mel.reset()
@@ -145,10 +148,11 @@ class ListenTap:
         self.emit = emit
         self.endpointer = Endpointer(vad_cfg, WINDOW_MS)
         hist_ms = vad_cfg.preroll_ms + vad_cfg.start_ms + _HISTORY_EXTRA_MS
-        self.history = AudioRing(hist_ms * rate_hz // 1000)
+        self.history = SampleHistory(hist_ms * rate_hz // 1000)
         self._arrival = np.zeros(_ARRIVALS, dtype=np.float64)
         self.windows = 0
         self.guard = SampleGuard()
+        self.dc = DcRemover(rate_hz)
         self.lease: MelLease | None = None
         self._rs: StreamResampler | None = None
         self._origin_ms = 0
@@ -165,6 +169,7 @@ class ListenTap:
         if n:
             x = out[:n]
             self.guard.clean(x)
+            self.dc.remove_one(x, self.guard.dirty)
             self.history.push(x)
             if self.lease is not None:
                 self._feed_mel(x)
@@ -285,9 +290,11 @@ class ListenTap:
         left = self.ring.available()
         if left and self.lease is not None:
             n = self.ring.read_into(buf[:left])
-            self.guard.clean(buf[:n])
-            self.history.push(buf[:n])
-            self._feed_mel(buf[:n])
+            x = buf[:n]
+            self.guard.clean(x)
+            self.dc.remove_one(x, self.guard.dirty)
+            self.history.push(x)
+            self._feed_mel(x)
         stop = self.endpointer.close()
         if stop is not None:
             self._on_event(stop)
