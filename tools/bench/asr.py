@@ -1,57 +1,100 @@
 """Suite `asr`: our listening pipeline vs plain faster-whisper on the Asterisk prompts.
 
 Every prompt with a real transcript (bracketed tone/beep entries skipped; `--quick`: every
-10th). Ours: the prompt at its own 8 kHz, between 0.5 s and 1.0 s of silence, fed in
-20 ms frames through `ListenBatch` (Silero VAD + endpointer + our log-mel + Whisper
-tiny.en in CTranslate2, beam from `AsrConfig`); the transcripts of all its utterances are
-joined. Reference: faster-whisper's `WhisperModel` on the same model directory and the
-same 16 kHz audio (soxr), its VAD off, `without_timestamps=True`, the same beam, one CPU
-thread, everything else at its defaults. Both texts go through Whisper's English
-normalizer (package whisper-normalizer, no torch) before the WER.
+10th). Ours: the path a worker runs (`WorkerListening`: capture ring -> batched Silero VAD
+tick -> `ListenTap` endpointer and log-mel -> `AsrQueue` -> Whisper tiny.en in
+CTranslate2, beam from `AsrConfig`, early decodes included), in process: the prompt at its
+own 8 kHz, between 0.5 s and 1.0 s of silence, written to the ring in 20 ms frames with a
+VAD tick after each, batches decoded on this thread as soon as they are queued; the
+transcripts of all its utterances are joined. Reference: faster-whisper's `WhisperModel`
+on the same model directory and the same 16 kHz audio (soxr), its VAD off,
+`without_timestamps=True`, the same beam, one CPU thread, everything else at its
+defaults. Both texts go through Whisper's English normalizer (package whisper-normalizer,
+no torch) before the WER.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import soxr
 
-from tools.bench.prompts import prompts, wer
+from cosyvoiced.testing.prompts import prompts, wer
 from tools.bench.report import Report
 
 
-def _ours(items, cfg_vad, cfg_asr):
-    from cosyvoiced.listen.legacy import ListenBatch
+class _Timed:
+    """The decoder, timed: decoding seconds and utterance frames (10 ms each) decoded."""
 
-    batch = ListenBatch(cfg_vad, cfg_asr)
-    hyps, asr_s, speech_s = [], 0.0, 0.0
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        self.seconds = 0.0
+        self.frames = 0
+
+    def transcribe(self, utts):
+        t = time.perf_counter()
+        out = self.inner.transcribe(utts)
+        self.seconds += time.perf_counter() - t
+        self.frames += sum(u.frames.shape[0] for u in utts)
+        return out
+
+
+def _ours(items, cfg_vad, cfg_asr):
+    from cosyvoiced.audio.ring import Ring
+    from cosyvoiced.listen.events import Transcript
+    from cosyvoiced.listen.vad import SileroBatch
+    from cosyvoiced.workers import messages as m
+    from cosyvoiced.workers.worker.listeners import WorkerListening
+    from cosyvoiced.workers.worker.vad_tick import VadTicker
+
+    vads: dict[int, SileroBatch] = {}
+
+    def make_vad(rate_hz: int) -> SileroBatch:
+        if rate_hz not in vads:
+            vads[rate_hz] = SileroBatch(rate_hz, 64)
+        return vads[rate_hz]
+
+    sent: list[object] = []
+    ticker = VadTicker(make_vad, 0.0)
+    setup = SimpleNamespace(vad=cfg_vad, asr=cfg_asr, cache_dir=None)
+    wl = WorkerListening(setup, ticker, sent.append, cpus=1)
+    assert wl.asr is not None and wl.runner is not None
+    timed = wl.asr.decoder = _Timed(wl.decoder)
+
+    def decode() -> None:  # on this thread: the timing is the decode's alone
+        while len(wl.asr):
+            wl.asr.run()
+
+    hyps = []
     pad_a = np.zeros(4000, dtype=np.float32)
     pad_b = np.zeros(8000, dtype=np.float32)
     t0 = time.perf_counter()
-    for i, p in enumerate(items):
-        x = np.concatenate([pad_a, p.samples(), pad_b])
-        sid = f"p{i}"
-        stream = batch.open(sid, 8000)
-        texts = []
-        for pos in range(0, x.shape[0], 160):
-            stream.feed(x[pos: pos + 160])
-            batch.vad_tick()
-            if stream.utterances:
-                speech_s += sum(u.frames.shape[0] for u in stream.utterances) / 100
-                t = time.perf_counter()
-                texts += [e.text for e in batch.transcribe_pending([stream])]
-                asr_s += time.perf_counter() - t
-        for e in batch.close(sid, transcribe=False):
-            del e
-        if stream.utterances:
-            speech_s += sum(u.frames.shape[0] for u in stream.utterances) / 100
-            t = time.perf_counter()
-            texts += [e.text for e in batch.transcribe_pending([stream])]
-            asr_s += time.perf_counter() - t
-        hyps.append(" ".join(texts))
-    return hyps, time.perf_counter() - t0, asr_s, speech_s, batch._asr.retries
+    try:
+        for i, p in enumerate(items):
+            x = np.concatenate([pad_a, p.samples(), pad_b])
+            sid = f"p{i}"
+            ring = Ring.create(16000)
+            try:
+                wl.open(sid, 8000, ring)
+                for pos in range(0, x.shape[0], 160):
+                    ring.write(x[pos: pos + 160])
+                    ticker.tick(0.0)
+                    decode()
+                wl.close(sid)
+                decode()
+            finally:
+                ring.close()
+                ring.unlink()
+            hyps.append(" ".join(x.event.text for x in sent if isinstance(x, m.ListenEvent)
+                                 and x.stream_id == sid and isinstance(x.event, Transcript)))
+            sent.clear()
+    finally:
+        wl.runner.close()
+    return (hyps, time.perf_counter() - t0, timed.seconds, timed.frames / 100,
+            wl.decoder.retries)
 
 
 def _faster_whisper(items, beam_size, model_dir):

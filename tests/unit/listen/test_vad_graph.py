@@ -2,27 +2,17 @@
 
 from __future__ import annotations
 
-import wave
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
-import soxr
 
 from cosyvoiced.listen.vad import MAX_RUN_ROWS, SileroBatch, model_path
 from cosyvoiced.listen.vad_graph import branch_weights, specialized_path
 from cosyvoiced.runtime.onnx import create_session
+from cosyvoiced.testing.prompts import prompt_samples
 
-PROMPTS = Path("/usr/share/asterisk/sounds/en_US_f_Allison")
 NAMES = ["agent-pass", "vm-goodbye", "auth-thankyou", "all-circuits-busy-now", "calling",
          "activated", "conf-getpin", "queue-thankyou"]
-
-
-def load(name: str, rate_hz: int) -> np.ndarray:
-    with wave.open(str(PROMPTS / f"{name}.wav")) as w:
-        y = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2").astype(np.float32) / 32768
-    return y if rate_hz == 8000 else soxr.resample(y, 8000, rate_hz).astype(np.float32)
 
 
 def _conv(x: np.ndarray, w: np.ndarray, b: np.ndarray, stride: int) -> np.ndarray:
@@ -75,7 +65,7 @@ def test_flat_graph_equals_the_stock_model_on_real_speech(rate_hz, tmp_path):
     stock = SileroBatch(rate_hz, len(NAMES), session=create_session(model_path()))
     flat = SileroBatch(rate_hz, len(NAMES), cache_dir=str(tmp_path))
     truth, ctx = float64_silero(rate_hz)
-    audio = [load(n, rate_hz) for n in NAMES]
+    audio = [prompt_samples(n, rate_hz) for n in NAMES]
     w = flat.window
     n_win = min(a.shape[0] for a in audio) // w
     s_slots = [stock.open() for _ in NAMES]

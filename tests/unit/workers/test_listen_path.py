@@ -17,18 +17,19 @@ import numpy as np
 import pytest
 import soxr
 from tools.bench.npalloc import counting
-from tools.bench.prompts import SOUNDS, load_wav, normalizer
 
 from cosyvoiced.audio.ring import Ring
 from cosyvoiced.config.schema import AsrConfig, VadConfig
 from cosyvoiced.listen.asr import WhisperAsr
 from cosyvoiced.listen.vad import SileroBatch, VadError
+from cosyvoiced.testing.prompts import SOUNDS, load_wav, normalizer
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.worker.asr_sched import AsrQueue
 from cosyvoiced.workers.worker.listeners import WorkerListening
 from cosyvoiced.workers.worker.utterances import ListenTap, MelPool
 from cosyvoiced.workers.worker.vad_tick import VadTicker
-from tests.fakes.vad import FakeBatch, ListRing
+from tests.fakes.ring import ListRing
+from tests.fakes.vad import FakeBatch
 
 RATE = 8000
 

@@ -1,7 +1,9 @@
 """Streaming STFT -> mel -> log-mel / MFCC, fed hop by hop, allocating nothing per hop.
 
-A `MelStream` turns samples into feature frames as soon as each frame's samples are in:
-frame `t` is centred on sample `t * hop` (librosa's and Whisper's `center=True`), so it is
+A `MelStream` turns samples into feature frames (kept in `MelFrames`) as soon as each
+frame's samples are in, so an utterance's log-mel is ready the moment its end is known.
+What it computes is a `features.spec.MelSpec`; the filterbank comes from
+`features.filterbank`. Frame `t` is centred on sample `t * hop` (librosa's and Whisper's `center=True`), so it is
 ready once sample `t * hop + n_fft // 2` has arrived. Everything is precomputed at
 construction: the periodic Hann window, a real DFT folded on the frame's symmetry (two
 float64 matrices of about `[n_fft/2, n_fft/2]`: half the multiplies of a plain DFT
@@ -14,17 +16,16 @@ matrix applied with `np.dot` does not, at similar cost for 400-point frames). Th
 in float64 so that low-energy bins stay exact (a float32 DFT by matrix product is off by
 up to 40 % on the near-empty 4-8 kHz bins of upsampled telephone audio; float64 by < 1e-6).
 
-librosa is imported only to design the filterbank: its import pulls numba and scipy,
-about 1.7-1.9 s and ~200 MB RSS per process on this machine. With a `cache_dir` the
-designed filterbank is saved there as `.npy`, keyed by its parameters and librosa's
-version, and loaded from there next time, so librosa is imported at most once per
-machine (the first run); within a process the window, DFT matrices and filterbank are
-made once and shared, read-only, by every `MelStream`.
+librosa is imported only to design the filterbank (`features.filterbank`, cached on disk
+with a `cache_dir`: librosa is imported at most once per machine); within a process the
+window, DFT matrices and filterbank are made once and shared, read-only, by every
+`MelStream`.
 
-Accuracy (tests/test_mel.py): mel power equals `librosa.feature.melspectrogram` with the
-same parameters within 1e-4 *relative* on every element; dB mel and MFCC equal librosa's
-`power_to_db(..., top_db=None)` / `mfcc` within 1e-4 dB / 1e-4 absolute; the Whisper
-preset equals faster-whisper's `FeatureExtractor` within 1e-4 after `whisper_normalize`.
+Accuracy (tests/unit/listen/features/test_mel.py): mel power equals
+`librosa.feature.melspectrogram` with the same parameters within 1e-4 *relative* on every
+element; dB mel and MFCC equal librosa's `power_to_db(..., top_db=None)` / `mfcc` within
+1e-4 dB / 1e-4 absolute; the Whisper preset equals faster-whisper's `FeatureExtractor`
+within 1e-4 after `whisper_normalize`.
 
 Whisper's scaling is `log10(max(mel, 1e-10))`, then `max(x, x.max() - 8)`, then
 `(x + 4) / 4`, where `x.max()` is over the whole segment. A stream cannot know that
@@ -38,69 +39,23 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass, replace
-from typing import Literal
 
 import numpy as np
 
+from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.features.filterbank import mel_filterbank
+from cosyvoiced.listen.features.spec import WHISPER, MelSpec
 
-__all__ = ["WHISPER", "FrameRing", "MelError", "MelSpec", "MelStream", "generic_spec",
-           "whisper_normalize"]
+__all__ = ["MelError", "MelFrames", "MelStream", "whisper_normalize"]
 
 LOG_FLOOR = 1e-10
 """Power floor before the logarithm (Whisper's clamp and librosa's `amin`)."""
 
 
-class MelError(ValueError):
+class MelError(CosyvoicedError, ValueError):
     """Bad feature parameters or misuse of a feature stream."""
 
     code = "mel_error"
-
-
-@dataclass(frozen=True, kw_only=True)
-class MelSpec:
-    rate_hz: int
-    """Sample rate of the input."""
-    n_fft: int
-    """Frame (and window) length in samples."""
-    hop: int
-    """Hop between frames in samples."""
-    n_mels: int
-    """Mel bands."""
-    fmin_hz: float = 0.0
-    """Lowest mel band edge."""
-    fmax_hz: float | None = None
-    """Highest mel band edge; None: rate_hz / 2."""
-    pad_mode: Literal["constant", "reflect"] = "constant"
-    """How the first/last half frame is padded (librosa >= 0.10: constant; Whisper: reflect)."""
-    log: Literal["power", "log10", "db"] = "db"
-    """Per-frame output scale: mel power, log10(max(p, 1e-10)), or 10 * that (dB)."""
-    n_mfcc: int = 0
-    """0: frames are mel bands; > 0: frames are this many MFCCs (DCT-II ortho of dB mel)."""
-    whisper_tail: bool = False
-    """At flush, pad like Whisper: `hop` zeros before the end padding, last frame dropped."""
-
-    @property
-    def n_features(self) -> int:
-        return self.n_mfcc or self.n_mels
-
-    @property
-    def frames_per_s(self) -> float:
-        return self.rate_hz / self.hop
-
-
-WHISPER = MelSpec(rate_hz=16000, n_fft=400, hop=160, n_mels=80, pad_mode="reflect",
-                  log="log10", whisper_tail=True)
-"""Whisper's log-mel: 16 kHz, 25 ms window, 10 ms hop, 80 bands (raw log10 frames)."""
-
-
-def generic_spec(*, rate_hz: int = 16000, n_fft: int = 512, hop: int = 160, n_mels: int = 40,
-                 n_mfcc: int = 0, fmin_hz: float = 0.0, fmax_hz: float | None = None,
-                 log: Literal["power", "log10", "db"] = "db") -> MelSpec:
-    """A librosa-compatible preset (constant padding); `n_mfcc > 0` gives MFCC frames."""
-    return MelSpec(rate_hz=rate_hz, n_fft=n_fft, hop=hop, n_mels=n_mels, n_mfcc=n_mfcc,
-                   fmin_hz=fmin_hz, fmax_hz=fmax_hz, log="db" if n_mfcc else log)
 
 
 def _check(spec: MelSpec) -> None:
@@ -156,7 +111,7 @@ def dct_matrix(n_mfcc: int, n_mels: int) -> np.ndarray:
     return d
 
 
-class FrameRing:
+class MelFrames:
     """The last `capacity` feature frames of a stream, preallocated (`[capacity, n]` float32).
 
     Frames are addressed by their absolute index since the stream began (`count` is the
@@ -165,7 +120,7 @@ class FrameRing:
 
     def __init__(self, capacity: int, n_features: int) -> None:
         if capacity < 1:
-            raise MelError(f"ring capacity must be >= 1, got {capacity}")
+            raise MelError(f"frame capacity must be >= 1, got {capacity}")
         self.buf = np.zeros((capacity, n_features), dtype=np.float32)
         self.capacity = capacity
         self.count = 0
@@ -201,8 +156,9 @@ class FrameRing:
 class MelStream:
     """One stream's streaming feature extractor; see the module docstring.
 
-    `push(samples, ring)` appends every frame that became complete to `ring`; `flush(ring)`
-    ends the stream with the preset's end padding; `reset()` starts a new stream.
+    `push(samples, frames)` appends every frame that became complete to `frames`;
+    `flush(frames)` ends the stream with the preset's end padding; `reset()` starts a new
+    stream.
     """
 
     _HOPS_PER_COMPACTION = 64
@@ -214,7 +170,8 @@ class MelStream:
         self._half = spec.n_fft // 2
         bins = spec.n_fft // 2 + 1
         self._win, self._cos, self._sin = _shared(spec.n_fft)
-        self._fb = mel_filterbank(spec, cache_dir)
+        self._fb = mel_filterbank(spec.rate_hz, spec.n_fft, spec.n_mels, spec.fmin_hz,
+                                  spec.fmax_hz, cache_dir=cache_dir)
         self._dct = dct_matrix(spec.n_mfcc, spec.n_mels) if spec.n_mfcc else None
         length = spec.n_fft + self._HOPS_PER_COMPACTION * spec.hop
         self._sig = np.zeros(max(length, 3 * spec.n_fft), dtype=np.float64)
@@ -246,8 +203,8 @@ class MelStream:
         self.frames_out = 0
 
     # ---- input -------------------------------------------------------------------
-    def push(self, samples: np.ndarray, ring: FrameRing) -> int:
-        """Feed samples (1-D float); append completed frames to `ring`; returns their count."""
+    def push(self, samples: np.ndarray, frames: MelFrames) -> int:
+        """Feed samples (1-D float); append completed frames to `frames`; returns their count."""
         if samples.ndim != 1:
             raise MelError(f"expected mono 1-D samples, got shape {samples.shape}")
         before = self.frames_out
@@ -264,9 +221,9 @@ class MelStream:
                       casting="same_kind")
             self._w += take
             pos += take
-            self._frames(ring, -1)
+            self._emit(frames, -1)
         if self._primed:
-            self._frames(ring, -1)
+            self._emit(frames, -1)
         return self.frames_out - before
 
     def _prime(self, samples: np.ndarray) -> int:
@@ -294,11 +251,11 @@ class MelStream:
         self._w = keep
         self._next = 0
 
-    def _frames(self, ring: FrameRing, limit: int) -> None:
+    def _emit(self, frames: MelFrames, limit: int) -> None:
         n_fft, hop = self.spec.n_fft, self.spec.hop
         while self._w - self._next >= n_fft and self.frames_out != limit:
             self._frame(self._sig[self._next: self._next + n_fft])
-            ring.append(self._out)
+            frames.append(self._out)
             self._next += hop
             self.frames_out += 1
 
@@ -330,7 +287,7 @@ class MelStream:
         n = self.samples_in
         return n // self.spec.hop + 1
 
-    def flush(self, ring: FrameRing) -> int:
+    def flush(self, frames: MelFrames) -> int:
         """End of stream: pad like the preset's reference and emit the last frames."""
         before = self.frames_out
         target = self.expected_frames()
@@ -352,7 +309,7 @@ class MelStream:
                 self._compact()
             self._sig[self._w: self._w + tail.shape[0]] = tail
             self._w += tail.shape[0]
-        self._frames(ring, target)
+        self._emit(frames, target)
         return self.frames_out - before
 
 
@@ -369,9 +326,3 @@ def whisper_normalize(frames: np.ndarray, out: np.ndarray | None = None) -> np.n
     np.multiply(out, 0.25, out=out)
     return out
 
-
-def with_rate(spec: MelSpec, rate_hz: int) -> MelSpec:
-    """The same preset at another sample rate (hop and window scaled, 10/25 ms kept)."""
-    factor = rate_hz / spec.rate_hz
-    return replace(spec, rate_hz=rate_hz, n_fft=round(spec.n_fft * factor),
-                   hop=round(spec.hop * factor))

@@ -2,37 +2,20 @@
 
 from __future__ import annotations
 
-import wave
-from pathlib import Path
-
 import librosa
 import numpy as np
 import pytest
-import soxr
 from faster_whisper.feature_extractor import FeatureExtractor
 from tools.bench.npalloc import counting
 
-from cosyvoiced.listen.features.stream import (
-    WHISPER,
-    FrameRing,
-    MelError,
-    MelStream,
-    generic_spec,
-    whisper_normalize,
-)
-
-PROMPTS = Path("/usr/share/asterisk/sounds/en_US_f_Allison")
-
-
-def prompt_16k(name: str) -> np.ndarray:
-    with wave.open(str(PROMPTS / f"{name}.wav")) as w:
-        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
-    return soxr.resample(pcm.astype(np.float32) / 32768.0, 8000, 16000).astype(np.float32)
+from cosyvoiced.listen.features.spec import WHISPER, generic_spec
+from cosyvoiced.listen.features.stream import MelError, MelFrames, MelStream, whisper_normalize
+from cosyvoiced.testing.prompts import prompt_samples
 
 
 def stream(spec, samples, chunk_sizes):
     ms = MelStream(spec)
-    ring = FrameRing(samples.shape[0] // spec.hop + 8, spec.n_features)
+    ring = MelFrames(samples.shape[0] // spec.hop + 8, spec.n_features)
     pos = 0
     for k in chunk_sizes:
         if pos >= samples.shape[0]:
@@ -52,7 +35,7 @@ def random_chunks(seed=0):
 
 @pytest.mark.parametrize("name", ["agent-pass", "vm-goodbye", "conf-adminmenu-162"])
 def test_whisper_preset_equals_faster_whisper(name):
-    y = prompt_16k(name)
+    y = prompt_samples(name, 16000)
     ours = whisper_normalize(stream(WHISPER, y, random_chunks()))
     ref = FeatureExtractor()(y)
     assert ours.shape == ref.shape
@@ -61,7 +44,7 @@ def test_whisper_preset_equals_faster_whisper(name):
 
 @pytest.mark.parametrize("n", [1, 150, 200, 201, 399, 400, 1601, 16000])
 def test_whisper_preset_short_and_odd_lengths(n):
-    y = prompt_16k("agent-pass")[8000: 8000 + n]
+    y = prompt_samples("agent-pass", 16000)[8000: 8000 + n]
     ours = whisper_normalize(stream(WHISPER, y, [7] * 100000))
     ref = FeatureExtractor()(y)
     assert ours.shape == ref.shape
@@ -71,7 +54,7 @@ def test_whisper_preset_short_and_odd_lengths(n):
 @pytest.mark.parametrize("n_fft,hop,n_mels", [(400, 160, 80), (512, 160, 40), (256, 128, 64)])
 def test_mel_power_equals_librosa_relative(n_fft, hop, n_mels):
     """Every mel power value within 1e-4 relative (silences included)."""
-    y = prompt_16k("agent-pass")
+    y = prompt_samples("agent-pass", 16000)
     spec = generic_spec(n_fft=n_fft, hop=hop, n_mels=n_mels, log="power")
     ours = stream(spec, y, random_chunks(1))
     ref = librosa.feature.melspectrogram(y=y.astype(np.float64), sr=16000, n_fft=n_fft,
@@ -81,7 +64,7 @@ def test_mel_power_equals_librosa_relative(n_fft, hop, n_mels):
 
 
 def test_db_and_mfcc_equal_librosa():
-    y = prompt_16k("vm-goodbye")
+    y = prompt_samples("vm-goodbye", 16000)
     mel = librosa.feature.melspectrogram(y=y.astype(np.float64), sr=16000, n_fft=512,
                                          hop_length=160, n_mels=40)
     db_ref = librosa.power_to_db(mel, top_db=None)
@@ -94,7 +77,7 @@ def test_db_and_mfcc_equal_librosa():
 
 
 def test_chunking_does_not_change_frames():
-    y = prompt_16k("agent-pass")
+    y = prompt_samples("agent-pass", 16000)
     a = stream(WHISPER, y, [y.shape[0]])
     b = stream(WHISPER, y, [1] * y.shape[0])
     np.testing.assert_array_equal(a, b)
@@ -105,7 +88,7 @@ def test_zero_numpy_allocations_per_hop_in_steady_state():
     y = (rng.standard_normal(16000 * 15) * 0.1).astype(np.float32)
     for spec in (WHISPER, generic_spec(n_mfcc=13)):
         ms = MelStream(spec)
-        ring = FrameRing(3000, spec.n_features)
+        ring = MelFrames(3000, spec.n_features)
         ms.push(y[:16000], ring)  # warm up
         hops = [y[i: i + spec.hop] for i in range(16000, y.shape[0], spec.hop)]
         assert len(hops) >= 1000
@@ -131,11 +114,11 @@ def test_bad_parameters_are_typed_errors():
     with pytest.raises(MelError):
         MelStream(generic_spec(n_fft=100, hop=200))
     with pytest.raises(MelError):
-        MelStream(WHISPER).push(np.zeros((10, 2), dtype=np.float32), FrameRing(10, 80))
+        MelStream(WHISPER).push(np.zeros((10, 2), dtype=np.float32), MelFrames(10, 80))
 
 
-def test_ring_copy_out_wraps():
-    ring = FrameRing(5, 2)
+def test_frames_copy_out_wraps():
+    ring = MelFrames(5, 2)
     for i in range(8):
         ring.append(np.array([i, -i], dtype=np.float64))
     out = np.zeros((10, 2), dtype=np.float32)
