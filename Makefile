@@ -28,11 +28,12 @@ lint: $(BIN)/.stamp-test
 	$(BIN)/ruff check daemon tests tools
 
 # The suites, then the load ramp side by side with Piper's servers (medium profile: +2 streams
-# every 20 s, sized for small boxes), which rewrites the README's ramp section and docs/loadgen/.
+# every 20 s, sized for small boxes), which rewrites the ramp section of docs/performance.md
+# and the plots in docs/loadgen/.
 bench: $(BIN)/.stamp-test
 	for s in tts io streams features asr listen calls; do $(BIN)/python -m tools.bench $$s || true; done
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --mix tts=2,call=1,wyoming=1 \
-		--idle-calls 60 --peers piper-http,wyoming-piper --nice -10 --readme
+		--idle-calls 60 --peers piper-http,wyoming-piper --nice -10 --docs
 
 $(VENV)/.stamp-system: Makefile
 	@missing=$$(for p in $(APT_PACKAGES); do \
@@ -54,7 +55,7 @@ $(BIN)/.stamp-test: $(BIN)/.stamp-runtime pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $@
 
-# Installs the daemon for systemd: /opt/cosyvoiced venv, unit, sysusers, tmpfiles, config.
+# Installs the daemon for systemd: /opt/cosyvoiced venv, unit, sysusers, tmpfiles, config, docs.
 install-system: $(VENV)/.stamp-system
 	$(SUDO) $(PYTHON) -m venv /opt/cosyvoiced
 	$(SUDO) /opt/cosyvoiced/bin/pip install -q .
@@ -64,6 +65,8 @@ install-system: $(VENV)/.stamp-system
 	[ -e /etc/cosyvoiced/cosyvoiced.toml ] || \
 		$(SUDO) install -D -m 0640 configs/cosyvoiced.toml /etc/cosyvoiced/cosyvoiced.toml
 	$(SUDO) install -D -m 0644 README.md /usr/share/doc/cosyvoiced/README.md
+	$(SUDO) install -D -m 0644 -t /usr/share/doc/cosyvoiced/docs docs/*.md
+	$(SUDO) install -D -m 0644 -t /usr/share/doc/cosyvoiced/docs/loadgen docs/loadgen/*.png
 	$(SUDO) systemd-sysusers /usr/lib/sysusers.d/cosyvoiced.conf
 	$(SUDO) systemd-tmpfiles --create /usr/lib/tmpfiles.d/cosyvoiced.conf
 	$(SUDO) systemctl daemon-reload

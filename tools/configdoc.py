@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Print the config reference (Markdown) from the schema's field docs.
+"""The config reference (Markdown) from the schema's field docs: `python -m tools.configdoc`.
 
-README.md holds this output between the `<!-- config-reference -->` markers (`--write`
-puts it there); a test fails when the two differ, so the README cannot drift.
+docs/config.md holds this output between the `<!-- config-reference -->` markers
+(`--write` puts it there; the hand-written text around them stays); a test fails when
+the two differ, so the reference cannot drift from the schema.
 """
 
 from __future__ import annotations
@@ -65,7 +66,8 @@ def render() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
-def write_readme(path: Path = REPO / "README.md") -> None:
+def write_docs(path: Path = REPO / "docs" / "config.md") -> None:
+    """Replace what is between the markers of `path` with `render()`."""
     text = path.read_text()
     begin, end = "<!-- config-reference -->\n", "<!-- /config-reference -->"
     head, rest = text.split(begin, 1)
@@ -74,6 +76,6 @@ def write_readme(path: Path = REPO / "README.md") -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:] == ["--write"]:
-        write_readme()
+        write_docs()
     else:
         sys.stdout.write(render())

@@ -2,7 +2,7 @@
 """Load ramp: how many concurrent real-time streams a box takes, side by side with Piper.
 
     python -m tools.loadgen --url http://127.0.0.1:8080 --mix tts=2,call=1,wyoming=1
-    python -m tools.loadgen --start-daemon --profile medium --peers piper-http,wyoming-piper --readme
+    python -m tools.loadgen --start-daemon --profile medium --peers piper-http,wyoming-piper --docs
     python -m tools.loadgen --start-daemon --quick --peers none --out /tmp/ramp
 
 It drives a running daemon (`--url`; or one it starts, `--start-daemon`) the way field
@@ -12,7 +12,7 @@ most), until the knee. Stream kinds, mixed by ratio (`--mix`): `tts` (HTTP strea
 `/v1/tts`), `wyoming` (Wyoming synthesize), `call` (AudioSocket calls: real Asterisk
 prompts in, TTS replies out).
 
-Definitions (the same for every server; see loadgen_stats): a listener plays each reply
+Definitions (the same for every server; see `tools.loadgen.stats`): a listener plays each reply
 at real-time pace from its first audio. *First audio* = request sent to first audio byte
 received. *Underrun* = a gap the listener hears. *Latency ratio* of a reply = (time from
 the request until the listener has heard it all) / (its audio length); 1.0 is real time.
@@ -33,9 +33,9 @@ Per step: streams, first audio p50/p95/p99, latency ratio p95, transcript latenc
 the daemon's call counter), dropped frames, refusals, CPU % and PSS of the server and
 its child processes (/proc/PID/smaps_rollup), per-worker busy fraction (/v1/status),
 load average. Output under `--out`: loadgen.json, loadgen.md, latency.png,
-resources.png, failures.png; `--readme` also writes the Markdown between the
-`<!-- loadgen:begin -->` / `<!-- loadgen:end -->` markers of README.md and the plots
-under docs/loadgen/.
+resources.png, failures.png; `--docs` also writes the Markdown between the
+`<!-- loadgen:begin -->` / `<!-- loadgen:end -->` markers of docs/performance.md and the
+plots under docs/loadgen/ (which that page shows).
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                                 epilog="\n".join(__doc__.splitlines()[1:]))
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--render", type=Path, metavar="JSON",
-                     help="no ramp: write the Markdown, plots (and --readme) of a saved run")
+                     help="no ramp: write the Markdown, plots (and --docs) of a saved run")
     src.add_argument("--url", help="a running cosyvoiced's HTTP API, e.g. http://127.0.0.1:8080")
     src.add_argument("--start-daemon", action="store_true",
                      help="start cosyvoiced (dev config, free ports) for the run")
@@ -99,8 +99,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--cpus", default="0-1", help="CPUs every server is pinned to")
     p.add_argument("--workers", type=int, default=2, help="--start-daemon: worker processes")
     p.add_argument("--out", type=Path, default=REPO / "var" / "loadgen")
-    p.add_argument("--readme", action="store_true",
-                   help="write the summary into README.md and the plots under docs/loadgen")
+    p.add_argument("--docs", action="store_true",
+                   help="write the summary into docs/performance.md and the plots under "
+                        "docs/loadgen")
     args = p.parse_args(argv)
     if args.quick:
         args.profile = "quick"
@@ -118,7 +119,7 @@ def profile_of(args: argparse.Namespace) -> Profile:
 
 def corpus() -> list:
     """Real caller speech: Asterisk prompts of 1-4 s, int16 8 kHz."""
-    from prompts import prompts
+    from cosyvoiced.testing.prompts import prompts
 
     out = []
     for pr in prompts():
@@ -265,12 +266,13 @@ def publish(args: argparse.Namespace, doc: dict) -> int:
     report.plots(doc, args.out)
     (args.out / "loadgen.md").write_text(report.markdown(doc, "."))
     print(report.markdown(doc, None))
-    if args.readme:
-        docs = REPO / "docs" / "loadgen"
-        docs.mkdir(parents=True, exist_ok=True)
+    if args.docs:
+        plots = REPO / "docs" / "loadgen"
+        plots.mkdir(parents=True, exist_ok=True)
         for n in report.PLOTS:
-            shutil.copy(args.out / n, docs / n)
-        report.update_readme(REPO / "README.md", report.markdown(doc, "docs/loadgen"))
+            shutil.copy(args.out / n, plots / n)
+        # image links relative to docs/performance.md
+        report.update_docs(REPO / "docs" / "performance.md", report.markdown(doc, "loadgen"))
     return 0
 
 

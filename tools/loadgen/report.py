@@ -1,5 +1,5 @@
-"""What a ramp run leaves behind: JSON, a Markdown summary, PNG plots, and the README's
-ramp section (between `<!-- loadgen:begin -->` and `<!-- loadgen:end -->`)."""
+"""What a ramp run leaves behind: JSON, a Markdown summary, PNG plots, and the ramp section
+of docs/performance.md (between `<!-- loadgen:begin -->` and `<!-- loadgen:end -->`)."""
 
 from __future__ import annotations
 
@@ -286,13 +286,13 @@ def plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
     return written
 
 
-def update_readme(readme: Path, section: str) -> None:
-    """Replace what is between the markers (they must both be there, in order)."""
-    text = readme.read_text()
+def update_docs(doc: Path, section: str) -> None:
+    """Replace what is between the markers of `doc` (they must both be there, in order)."""
+    text = doc.read_text()
     pat = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
     if not pat.search(text):
-        raise ValueError(f"{readme}: no {BEGIN} ... {END} markers")
-    readme.write_text(pat.sub(lambda _m: f"{BEGIN}\n{section}{END}", text, count=1))
+        raise ValueError(f"{doc}: no {BEGIN} ... {END} markers")
+    doc.write_text(pat.sub(lambda _m: f"{BEGIN}\n{section}{END}", text, count=1))
 
 
 def write_json(doc: dict[str, Any], path: Path) -> None:

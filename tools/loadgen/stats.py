@@ -1,7 +1,7 @@
 """The load ramp's arithmetic: the listener model, percentiles, the step schedule, the
 knee, and the daemon's CPU and memory as /proc shows them.
 
-Everything here is pure (or reads /proc only), so tests/test_loadgen.py checks it with
+Everything here is pure (or reads /proc only), so tests/unit/tools/test_loadgen.py checks it with
 made-up numbers.
 
 The listener model, the same for every server: a stream's reply is read as it arrives

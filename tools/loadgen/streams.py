@@ -14,7 +14,7 @@ Kinds (mixable by ratio with `--mix`):
   of the caller's prompt to its `transcript` event, and the daemon's underrun counter.
 
 A TTS stream asks for a reply, waits until its listener has heard all of it (the
-listener model in loadgen_stats), then asks for the next: N streams are N listeners
+listener model in `tools.loadgen.stats`), then asks for the next: N streams are N listeners
 that are always either waiting or hearing speech.
 """
 
@@ -275,7 +275,7 @@ class CallController:
 class CallStream(Stream):
     kind = "call"
     corpus: list[np.ndarray] = []
-    """int16 8 kHz prompts; set once before the ramp (loadgen_ramp)."""
+    """int16 8 kHz prompts; set once before the ramp (`tools.loadgen.ramp`)."""
     controller: CallController | None = None
 
     def __init__(self, *args: Any, **kw: Any) -> None:

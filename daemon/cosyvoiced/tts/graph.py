@@ -4,8 +4,9 @@
 goes) computes on (N, C, T) tensors with 1-D Conv/ConvTranspose. The same convolutions
 over (N, C, 1, T) with kernels (1, k) are the same arithmetic, but ORT's CPU provider
 runs 2-D convs through its blocked NCHWc kernels, and 1-D ones through im2col + GEMM:
-on the bundled voice the whole model takes 0.85-0.87x the time at one intra-op thread
-(FP32, output equal to 2e-6), but 1.04x at two (voices use it at one thread only).
+on the bundled voice the whole model is faster at one intra-op thread (FP32, output equal
+to 2e-6) but slower at two, so voices use it at one thread only (figures:
+docs/performance.md).
 
 The rewrite unsqueezes the decoder's inputs to rank 4, gives each conv a unit first
 spatial axis, and squeezes its outputs back; elementwise nodes are rank-blind as long as

@@ -346,12 +346,12 @@ def test_summary_targets_and_markdown(lg):
     assert t["PSS growth per added stream"]["value"] == pytest.approx(
         np.polyfit([2, 4, 6, 8], [1000.0, 1000.6, 1001.2, 1001.4], 1)[0], abs=1e-4)
     assert t["underruns at and past the knee"]["ok"]
-    md = lg.report.markdown(doc, "docs/loadgen")
+    md = lg.report.markdown(doc, "loadgen")
     assert "**6 concurrent real-time TTS streams on cosyvoiced vs 2 for piper-http" in md
     assert "| cosyvoiced | tts=1 | 8 **knee** **held** |" in md
     assert "At 4 streams, the largest step every server ran" in md
     assert "cosyvoiced 400 ms / 1.10 / 0; piper-http – ms / 2.60 / 0." in md
-    assert "![latency](docs/loadgen/latency.png)" in md
+    assert "![latency](loadgen/latency.png)" in md
     assert "2 refusals" in md
 
 
@@ -364,15 +364,24 @@ def test_plots_are_written(lg, tmp_path):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and p.stat().st_size < 200_000
 
 
-def test_readme_section_replaced_between_markers_only(lg, tmp_path):
-    readme = tmp_path / "README.md"
-    readme.write_text("# x\n\nbefore\n<!-- loadgen:begin -->\nold\n<!-- loadgen:end -->\nafter\n")
-    lg.report.update_readme(readme, "new table\n")
-    assert readme.read_text() == ("# x\n\nbefore\n<!-- loadgen:begin -->\nnew table\n"
-                                  "<!-- loadgen:end -->\nafter\n")
-    readme.write_text("no markers\n")
+def test_docs_section_replaced_between_markers_only(lg, tmp_path):
+    page = tmp_path / "performance.md"
+    page.write_text("# x\n\nbefore\n<!-- loadgen:begin -->\nold\n<!-- loadgen:end -->\nafter\n")
+    lg.report.update_docs(page, "new table\n")
+    assert page.read_text() == ("# x\n\nbefore\n<!-- loadgen:begin -->\nnew table\n"
+                                "<!-- loadgen:end -->\nafter\n")
+    page.write_text("no markers\n")
     with pytest.raises(ValueError, match="markers"):
-        lg.report.update_readme(readme, "x")
+        lg.report.update_docs(page, "x")
+
+
+def test_docs_flag_targets_the_performance_page_and_its_markers(lg, repo_root):
+    from tools.loadgen import cli
+
+    assert cli.parse_args(["--url", "http://x", "--docs"]).docs
+    page = (repo_root / "docs" / "performance.md").read_text()
+    assert page.index(lg.report.BEGIN) < page.index(lg.report.END)
+    assert lg.report.BEGIN not in (repo_root / "README.md").read_text()
 
 
 # --- a short ramp against a fake server -------------------------------------------------
@@ -472,13 +481,13 @@ def test_servers_take_turns_and_never_overlap(lg, monkeypatch):
                                 after_knee=0)
         order: list[tuple[str, float]] = []
         loop = asyncio.get_running_loop()
-        step = lg.ramp.Ramp.step
+        step = lg.ramp.ServerRamp.step
 
         async def timed_step(self):
             order.append((self.server.name, loop.time()))  # when its turn begins
             return await step(self)
 
-        monkeypatch.setattr(lg.ramp.Ramp, "step", timed_step)
+        monkeypatch.setattr(lg.ramp.ServerRamp, "step", timed_step)
         try:
             res = await lg.ramp.in_turns([(s, {"tts": 1.0}) for s in servers], prof,
                                          log=lambda _m: None)
