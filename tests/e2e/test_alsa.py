@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import sys
 import time
-import wave
 
 import numpy as np
 import pytest
@@ -19,11 +18,10 @@ from cosyvoiced.audio.alsa.device import start_device
 from cosyvoiced.audio.resample import StreamResampler
 from cosyvoiced.audio.ring import Ring
 from cosyvoiced.config.schema import AudioDeviceConfig
+from cosyvoiced.testing.prompts import SOUNDS, load_wav
 
 RATE = 16000
-PROMPT = "/usr/share/asterisk/sounds/en_US_f_Allison/vm-goodbye.wav"
-
-pytestmark = pytest.mark.e2e
+PROMPT = SOUNDS / "vm-goodbye.wav"
 
 
 def chirp(seconds: float = 0.8, f0: float = 200.0, f1: float = 4000.0) -> np.ndarray:
@@ -36,11 +34,8 @@ def chirp(seconds: float = 0.8, f0: float = 200.0, f1: float = 4000.0) -> np.nda
 
 
 def prompt() -> np.ndarray:
-    with wave.open(PROMPT) as w:
-        assert (w.getframerate(), w.getsampwidth(), w.getnchannels()) == (8000, 2, 1)
-        s16 = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
+    x = load_wav(PROMPT)  # checks 16-bit mono at 8 kHz
     r = StreamResampler(8000, RATE)
-    x = s16.astype(np.float32) / 32768.0
     return np.concatenate([r.process(x), r.flush()])
 
 

@@ -16,8 +16,6 @@ from cosyvoiced.audio.alsa.params import PcmRequest
 from cosyvoiced.audio.ring import Ring
 from cosyvoiced.config.schema import AudioDeviceConfig
 
-pytestmark = pytest.mark.e2e
-
 RATE = 16000
 
 

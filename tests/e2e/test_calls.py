@@ -10,13 +10,10 @@ import time
 import urllib.request
 
 import numpy as np
-import pytest
 from aiohttp import ClientSession, ClientTimeout
-from tools.bench.prompts import prompts, wer
 
 from cosyvoiced.testing.audiosocket_peer import Peer, inter_frame_gaps_ms
-
-pytestmark = pytest.mark.e2e
+from cosyvoiced.testing.prompts import prompts, wer
 
 GREETING = "Hello, thanks for calling."
 LONG_GREETING = ("Thank you for calling the support line. Please listen carefully, as our "

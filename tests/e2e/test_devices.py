@@ -19,11 +19,9 @@ from aiohttp import ClientSession
 from cosyvoiced.audio.alsa.device import start_device
 from cosyvoiced.audio.ring import Ring
 from cosyvoiced.config.schema import AudioDeviceConfig
+from cosyvoiced.testing.prompts import SOUNDS
 from tests.fixtures.daemon import REPO, DaemonProcess
 
-pytestmark = pytest.mark.e2e
-
-PROMPTS = Path("/usr/share/asterisk/sounds/en_US_f_Allison")
 LONG_TEXT = ("Thank you for calling the support line. All of our agents are busy helping "
              "other customers right now. Please stay on the line and your call will be "
              "answered in the order it was received. You can also reach us on the web at "
@@ -176,7 +174,7 @@ class Monitor:
 
 
 def paplay(pulse_server, sink: str, prompt: str) -> subprocess.Popen:
-    return subprocess.Popen(["paplay", f"--device={sink}", str(PROMPTS / f"{prompt}.wav")],
+    return subprocess.Popen(["paplay", f"--device={sink}", str(SOUNDS / f"{prompt}.wav")],
                             env=pulse_server.env)
 
 

@@ -14,11 +14,9 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from tools.bench.prompts import Prompt, prompts, wer
 
+from cosyvoiced.testing.prompts import Prompt, prompts, wer
 from tests.fixtures.daemon import DaemonProcess
-
-pytestmark = pytest.mark.e2e
 
 N_PROMPTS = 12
 WER_MAX = 20.0

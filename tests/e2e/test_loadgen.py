@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+pytestmark = pytest.mark.timeout(240)
 
 
 def test_quick_ramp_writes_json_markdown_and_plots(daemon_factory, repo_root, tmp_path):

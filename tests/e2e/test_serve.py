@@ -16,8 +16,6 @@ from whisper_normalizer.english import EnglishTextNormalizer
 
 from cosyvoiced.listen.asr import WhisperAsr
 
-pytestmark = pytest.mark.e2e
-
 _norm = EnglishTextNormalizer()
 
 

@@ -9,11 +9,7 @@ import time
 import urllib.error
 import urllib.request
 
-import pytest
-
 from cosyvoiced.runtime.notify import monotonic_usec
-
-pytestmark = pytest.mark.e2e
 
 
 def _post_unix(sock: str, path: str, body: dict) -> int:

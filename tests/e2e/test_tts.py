@@ -22,8 +22,6 @@ from cosyvoiced.tts.request import SynthesisOptions
 from cosyvoiced.tts.synth import TtsEngine
 from cosyvoiced.tts.voices import BUNDLED_VOICE, bundled_voice, discover, kept_int8
 
-pytestmark = pytest.mark.e2e
-
 SENTENCE = ("Thank you for calling, your claim was approved today, and the payment "
             "will arrive in five to seven business days.")
 

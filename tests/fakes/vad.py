@@ -1,18 +1,23 @@
-"""VAD-side stand-ins: a batched VAD with a fixed speech probability (slots like
-SileroBatch's) and a consumer ring over a fixed signal."""
+"""A batched VAD stand-in (slots like SileroBatch's, `BatchVad` in
+workers/worker/vad_tick.py). The consumer ring it reads from is tests.fakes.ring.ListRing."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
 
 class FakeBatch:
-    window = 256
-    capacity = 8
+    """Speech probability `prob` for every window; with `prob=None`, the window's mean +
+    slot/1000 (so rows cannot be mixed up). Records each run's batch size in `runs`."""
 
-    def __init__(self, prob: float) -> None:
+    def __init__(self, prob: float | None = None, window: int = 256,
+                 capacity: int = 8) -> None:
         self.prob = prob
-        self.free = list(range(self.capacity))
+        self.window, self.capacity = window, capacity
+        self.free = list(range(capacity))
+        self.runs: list[int] = []
 
     def open(self) -> int:
         return self.free.pop(0)
@@ -20,22 +25,8 @@ class FakeBatch:
     def close(self, slot: int) -> None:
         self.free.append(slot)
 
-    def run(self, slots, windows):
+    def run(self, slots: Any, windows: np.ndarray) -> np.ndarray:
+        self.runs.append(len(slots))
+        if self.prob is None:
+            return windows.mean(axis=1) + np.asarray(slots) / 1000
         return np.full(len(slots), self.prob, np.float32)
-
-
-class ListRing:
-    """A consumer ring over a fixed signal (what the capture ring offers the tick)."""
-
-    def __init__(self, samples: np.ndarray) -> None:
-        self.x = np.asarray(samples, dtype=np.float32)
-        self.r = 0
-
-    def available(self) -> int:
-        return self.x.shape[0] - self.r
-
-    def read_into(self, out: np.ndarray) -> int:
-        n = min(out.shape[0], self.available())
-        out[:n] = self.x[self.r: self.r + n]
-        self.r += n
-        return n

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tools.bench.prompts import prompts
+from cosyvoiced.testing.prompts import prompts
 from tools.bench.report import Report
 
 REPO = Path(__file__).resolve().parents[2]

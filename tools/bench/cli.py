@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         module = importlib.import_module(f"tools.bench.{args.suite}")
     except ModuleNotFoundError as exc:
-        if exc.name != f"benches.{args.suite}":
+        if exc.name != f"tools.bench.{args.suite}":
             raise
         print(f"suite {args.suite!r} is not built yet", file=sys.stderr)
         return 2

@@ -188,7 +188,7 @@ def steady_allocs(pcm: str, direction: str, access: str, periods: int) -> dict[s
 
 
 def run(quick: bool) -> Report:
-    from tests.fixtures.pulse import running_pulse
+    from cosyvoiced.testing.pulse import running_pulse
 
     report = Report(suite="io", columns=["measure", "case", "value", "unit"])
     total = (4 if quick else 40) * 1_000_000  # float32 samples per transport

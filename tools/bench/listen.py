@@ -35,7 +35,16 @@ from typing import Any
 
 import numpy as np
 
-from tools.bench.callmix import CallPlan, Heard, Ramp, Verdict, judge, plan_calls, search, summary
+from tools.bench.callmix import (
+    CallPlan,
+    CallRamp,
+    Heard,
+    Verdict,
+    judge,
+    plan_calls,
+    search,
+    summary,
+)
 from tools.bench.report import Report
 
 RATE_HZ = 8000
@@ -63,7 +72,7 @@ def _quiet_logs() -> None:
 def _listen_pool(loop: asyncio.AbstractEventLoop) -> Any:
     from cosyvoiced.config.schema import AsrConfig, TtsConfig, VadConfig, WorkersConfig
     from cosyvoiced.workers.pool.pool import WorkerPool
-    from cosyvoiced.workers.worker.entry import WorkerSetup
+    from cosyvoiced.workers.setup import WorkerSetup
 
     wc = WorkersConfig(count=2, cpus="0-1", onnx_threads=1, admit_busy_max=4.0, spare=False,
                        max_streams=100000)
@@ -214,7 +223,7 @@ class Trials:
                                   r["latency_p95_s"], r["wer_pct"], r["cpu_cores"]])
         return r
 
-    def ramps(self, ramps: dict[str, Ramp], key: str) -> None:
+    def ramps(self, ramps: dict[str, CallRamp], key: str) -> None:
         """Step every pipeline's ramp in turn (a shared machine's load shifts hit all)."""
         while True:
             stepped = False
@@ -296,8 +305,8 @@ def listen_path_allocs(rate_hz: int, seconds: float = 5.0) -> float:
 def run(quick: bool) -> Report:
     from cosyvoiced.config.schema import VadConfig
     from cosyvoiced.listen.asr import bundled_model_dir
+    from cosyvoiced.testing.prompts import prompts
     from tools.bench.callmix import clips
-    from tools.bench.prompts import prompts
 
     _quiet_logs()
     os.makedirs(CACHE, exist_ok=True)
@@ -318,10 +327,10 @@ def run(quick: bool) -> Report:
     prioritized = _prioritize([os.getpid()] + [s.proc.pid for s in pool.slots])
     trials = Trials(rep, {"ours": lambda plans: _ours_run(loop, pool, plans),
                           "naive": lambda plans: _naive_run(naive, plans)}, corpus, seconds)
-    strict = {"ours": Ramp(8 if quick else 12, steps), "naive": Ramp(2, steps)}
+    strict = {"ours": CallRamp(8 if quick else 12, steps), "naive": CallRamp(2, steps)}
     try:
         trials.ramps(strict, "ok")
-        relaxed = {name: Ramp(r.fail or 2 * r.best, 1 if quick else 5)
+        relaxed = {name: CallRamp(r.fail or 2 * r.best, 1 if quick else 5)
                    for name, r in strict.items()}
         for r, s in zip(relaxed.values(), strict.values(), strict=True):
             r.best = s.best  # what passed the strict goal passes this one

@@ -27,17 +27,15 @@ import statistics
 import sys
 import threading
 import time
-import wave
-from pathlib import Path
 
 import numpy as np
 
+from cosyvoiced.testing.prompts import SOUNDS, load_wav
 from tools.bench.report import Report
 
 TEXT = ("Thank you for calling the support line. Your call is important to us, and an "
         "agent will be with you shortly. Please have your account number ready, it helps "
         "us find your details faster. You can also visit our website at any time.")
-PROMPTS = Path("/usr/share/asterisk/sounds/en_US_f_Allison")
 
 
 def _cpu_s(pids: list[int]) -> float:
@@ -70,7 +68,7 @@ def _prioritize(pids: list[int], nice: int = BENCH_NICE) -> bool:
     session's autogroup too: with autogroup scheduling (Debian's default), nice only
     orders threads within one session, and each session gets an equal share. The
     autogroup's nice is put back when the pool stops (`_stop`)."""
-    from cosyvoiced.workers.worker.entry import renice_all
+    from cosyvoiced.workers.worker.affinity import renice_all
 
     _autogroup_nice(nice)
     return all([renice_all(nice, pid) for pid in pids])
@@ -79,7 +77,7 @@ def _prioritize(pids: list[int], nice: int = BENCH_NICE) -> bool:
 def _pool(loop: asyncio.AbstractEventLoop, **workers):
     from cosyvoiced.config.schema import TtsConfig, VadConfig, WorkersConfig
     from cosyvoiced.workers.pool.pool import WorkerPool
-    from cosyvoiced.workers.worker.entry import WorkerSetup
+    from cosyvoiced.workers.setup import WorkerSetup
 
     wc = WorkersConfig(count=2, cpus="0-1", onnx_threads=1, admit_busy_max=4.0, spare=False,
                        max_streams=100000,
@@ -165,10 +163,8 @@ def _speech16k(seconds: float) -> np.ndarray:
     import soxr
 
     parts = []
-    for p in sorted(PROMPTS.glob("*.wav"))[:40]:
-        with wave.open(str(p), "rb") as w:
-            pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
-        parts += [pcm.astype(np.float32) / 32768.0, np.zeros(4000, np.float32)]
+    for p in sorted(SOUNDS.glob("*.wav"))[:40]:
+        parts += [load_wav(p), np.zeros(4000, np.float32)]
     audio = soxr.resample(np.concatenate(parts), 8000, 16000).astype(np.float32)
     need = int(seconds * 16000)
     return np.tile(audio, need // audio.shape[0] + 1)[:need]

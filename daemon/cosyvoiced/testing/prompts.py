@@ -3,6 +3,8 @@
 Debian `asterisk-core-sounds-en-wav` ships the recordings, `asterisk-core-sounds-en` the
 transcript list. Entries that are only a bracketed description ("[this is a simple beep
 tone]") are skipped; a bracketed note after words ("at [@]") is dropped from the text.
+The one loader of these recordings for tests and tools; jiwer and whisper-normalizer
+(test-only dependencies) are imported only by `wer` and `normalizer`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import gzip
 import re
 import wave
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,12 +33,28 @@ class Prompt:
         return load_wav(self.path)
 
 
-def load_wav(path: Path) -> np.ndarray:
+RATE_HZ = 8000
+"""The recordings' sample rate."""
+
+
+def load_wav(path: Path | str, rate_hz: int = RATE_HZ) -> np.ndarray:
+    """float32 mono samples of a 16-bit mono WAV recorded at `rate_hz`."""
     with wave.open(str(path)) as w:
-        if w.getsampwidth() != 2 or w.getnchannels() != 1:
-            raise ValueError(f"{path}: expected 16-bit mono")
+        if (w.getsampwidth(), w.getnchannels(), w.getframerate()) != (2, 1, rate_hz):
+            raise ValueError(f"{path}: expected 16-bit mono at {rate_hz} Hz")
         pcm = np.frombuffer(w.readframes(w.getnframes()), dtype="<i2")
     return pcm.astype(np.float32) / 32768.0
+
+
+def prompt_samples(name: str, rate_hz: int = RATE_HZ) -> np.ndarray:
+    """The prompt `name` (e.g. "vm-goodbye") as float32 samples, resampled (soxr) to
+    `rate_hz`."""
+    audio = load_wav(SOUNDS / f"{name}.wav")
+    if rate_hz == RATE_HZ:
+        return audio
+    import soxr
+
+    return soxr.resample(audio, RATE_HZ, rate_hz).astype(np.float32)
 
 
 def prompts() -> list[Prompt]:
@@ -54,7 +73,7 @@ def prompts() -> list[Prompt]:
     return out
 
 
-def normalizer():
+def normalizer() -> Callable[[str], str]:
     """Whisper's English text normalizer (package whisper-normalizer, no torch)."""
     from whisper_normalizer.english import EnglishTextNormalizer
 

@@ -100,8 +100,9 @@ def test_bad_dtypes_raise_typed_errors():
 
 def test_steady_state_with_out_allocates_nothing():
     # Large enough that any per-call data buffer (>= n bytes) stands out from the few
-    # transient Python objects (array views, bound methods) a call creates.
-    n = 8192
+    # transient Python objects (array views, bound methods, numpy's dispatch caches: up
+    # to ~4 KB, depending on what ran before in the process) a call creates.
+    n = 65536
     rng = np.random.default_rng(1)
     s16 = rng.integers(-32768, 32767, n, dtype=np.int16)
     f32 = np.empty(n, np.float32)
@@ -130,5 +131,5 @@ def test_steady_state_with_out_allocates_nothing():
     finally:
         tracemalloc.stop()
     # Any per-call array would show as a transient peak of at least n bytes.
-    assert peak - base < n // 2, (base, cur, peak)
+    assert peak - base < n // 4, (base, cur, peak)
     assert cur - base < 1024

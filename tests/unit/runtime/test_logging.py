@@ -4,32 +4,13 @@ from __future__ import annotations
 
 import io
 import json
-import signal
 import socket
 import struct
 
-import pytest
 import structlog
 
 from cosyvoiced.runtime.log import encode_journal_entry, journal_field_name, setup_logging
-
-
-def parse_entry(data: bytes) -> dict[str, str]:
-    """journald's native format, as journald itself parses it."""
-    fields: dict[str, str] = {}
-    i = 0
-    while i < len(data):
-        nl = data.index(b"\n", i)
-        line = data[i:nl]
-        if b"=" in line:
-            k, v = line.split(b"=", 1)
-            fields[k.decode()] = v.decode()
-            i = nl + 1
-        else:
-            (n,) = struct.unpack("<Q", data[nl + 1:nl + 9])
-            fields[line.decode()] = data[nl + 9:nl + 9 + n].decode()
-            i = nl + 9 + n + 1
-    return fields
+from tests.fixtures.journal import parse_entry
 
 
 def test_field_names_are_journald_safe():
@@ -42,16 +23,6 @@ def test_field_names_are_journald_safe():
 def test_multiline_values_are_length_prefixed():
     entry = encode_journal_entry({"MESSAGE": "a\nb", "X": "y"})
     assert parse_entry(entry) == {"MESSAGE": "a\nb", "X": "y"}
-
-
-@pytest.fixture
-def journal(tmp_path):
-    path = tmp_path / "journal.sock"
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(path))
-    sock.settimeout(10)
-    yield path, sock
-    sock.close()
 
 
 def test_journald_sink_sends_fields(journal):
@@ -109,19 +80,3 @@ def test_auto_sink_picks_journald_under_systemd(journal, monkeypatch):
     assert setup_logging("info", "auto", str(path)) == "json"
     monkeypatch.setenv("INVOCATION_ID", "0123")
     assert setup_logging("info", "auto", str(path)) == "journald"
-
-
-@pytest.mark.e2e
-def test_daemon_logs_to_a_journal_socket(daemon_factory, journal):
-    path, sock = journal
-    d = daemon_factory(overrides=("log.sink=journald", f'log.journal_socket="{path}"')).start()
-    d.wait_ready()
-    seen = {}
-    while "ready" not in seen:
-        entry = parse_entry(sock.recv(65536))
-        seen[entry["MESSAGE"]] = entry
-    ready = seen["ready"]
-    assert ready["SYSLOG_IDENTIFIER"] == "cosyvoiced" and ready["PRIORITY"] == "6"
-    assert "STARTUP_S" in ready and ready["CODE_FILE"].endswith("service.py")
-    d.signal(signal.SIGTERM)
-    assert d.wait() == 0

@@ -13,31 +13,16 @@ import pytest
 from cosyvoiced.config.schema import VadConfig
 from cosyvoiced.listen.asr import AsrError, Utterance
 from cosyvoiced.listen.events import Transcript, VoiceStarted, VoiceStopped
-from cosyvoiced.listen.features.stream import WHISPER as WHISPER_SPEC
+from cosyvoiced.listen.features.spec import WHISPER as WHISPER_SPEC
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.worker.asr_sched import AsrQueue, pick_work
 from cosyvoiced.workers.worker.listeners import WorkerListening
 from cosyvoiced.workers.worker.utterances import ListenTap, MelPool
 from cosyvoiced.workers.worker.vad_tick import VadTicker
+from tests.fakes.asr import FakeDecoder, utt
 from tests.fakes.clock import Clock
-from tests.fakes.vad import FakeBatch, ListRing
-
-
-class FakeDecoder:
-    def __init__(self, fail: bool = False) -> None:
-        self.batches: list[list[str]] = []
-        self.fail = fail
-
-    def transcribe(self, utts):
-        if self.fail:
-            raise AsrError("boom", code="asr_decode")
-        self.batches.append([u.stream for u in utts])
-        return [Transcript(f"text of {u.stream}", u.start_ms, u.end_ms, 1.0, 0.1, u.stream)
-                for u in utts]
-
-
-def utt(stream: str, end_s: float) -> Utterance:
-    return Utterance(np.zeros((10, 80), np.float32), 0, 100, end_s, stream)
+from tests.fakes.ring import ListRing
+from tests.fakes.vad import FakeBatch
 
 
 def test_batches_take_the_earliest_deadlines_first_up_to_max_batch():
@@ -203,7 +188,8 @@ def test_the_filterbank_comes_from_the_cache_without_importing_librosa(tmp_path)
     import subprocess
     import sys
 
-    code = ("import sys; from cosyvoiced.listen.features.stream import MelStream, WHISPER; "
+    code = ("import sys; from cosyvoiced.listen.features.spec import WHISPER; "
+            "from cosyvoiced.listen.features.stream import MelStream; "
             f"MelStream(WHISPER, cache_dir={str(tmp_path)!r}); "
             "print('librosa' in sys.modules)")
 
@@ -217,7 +203,9 @@ def test_the_filterbank_comes_from_the_cache_without_importing_librosa(tmp_path)
     assert run() == "False"  # from now on: loaded, librosa never imported
     from cosyvoiced.listen.features.filterbank import _design
 
-    assert np.array_equal(np.load(saved[0]), _design(WHISPER_SPEC))
+    assert np.array_equal(np.load(saved[0]), _design(WHISPER_SPEC.rate_hz, WHISPER_SPEC.n_fft,
+                                                     WHISPER_SPEC.n_mels, WHISPER_SPEC.fmin_hz,
+                                                     WHISPER_SPEC.fmax_hz))
     saved[0].write_bytes(b"garbage")  # a damaged cache file is designed again
     assert run() == "True"
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from cosyvoiced.config.schema import VadConfig
 from cosyvoiced.listen.asr import Utterance
-from cosyvoiced.listen.events import Transcript, VoiceStarted, VoiceStopped
+from cosyvoiced.listen.events import VoiceStarted, VoiceStopped
 from cosyvoiced.workers.worker.asr_sched import AsrQueue
 from cosyvoiced.workers.worker.utterances import (
     EARLY_MS,
@@ -18,22 +18,17 @@ from cosyvoiced.workers.worker.utterances import (
     Provisional,
     Retract,
 )
+from tests.fakes.asr import FakeDecoder, utt
 from tests.fakes.clock import Clock
-from tests.fakes.vad import ListRing
+from tests.fakes.ring import ListRing
 
 CFG = VadConfig(start_ms=64, stop_ms=512, preroll_ms=256, max_utterance_s=10.0)
 WINDOW = 256
 SPEECH, QUIET = 0.9, 0.0
 
 
-class FakeDecoder:
-    def __init__(self) -> None:
-        self.seen: list[tuple[str, int]] = []
-
-    def transcribe(self, utts):
-        self.seen += [(u.stream, u.end_ms) for u in utts]
-        return [Transcript(f"{u.stream}@{u.end_ms}", u.start_ms, u.end_ms, 0.0, 0.1, u.stream)
-                for u in utts]
+STREAM_AT_END = "{stream}@{end_ms}"
+"""The fake decoder's text: which utterance (stream, end) it decoded."""
 
 
 def tone(n: int) -> ListRing:
@@ -89,13 +84,9 @@ def test_a_short_stop_ms_turns_early_decode_off():
     assert [type(e) for e in out] == [VoiceStarted, VoiceStopped, Utterance]
 
 
-def utt(stream: str, end_s: float, end_ms: int = 1000) -> Utterance:
-    return Utterance(np.zeros((10, 80), np.float32), 0, end_ms, end_s, stream)
-
-
 def test_queue_holds_a_provisional_result_until_confirmed():
     clock, out, acks = Clock(), [], []
-    q = AsrQueue(FakeDecoder(), lambda sid, r: out.append(r.text), clock=clock,
+    q = AsrQueue(FakeDecoder(text=STREAM_AT_END), lambda sid, r: out.append(r.text), clock=clock,
                  on_idle=acks.append)
     q.push(utt("a", clock.t), provisional=True)
     assert q.run() == 1 and out == []  # decoded, held
@@ -110,7 +101,7 @@ def test_queue_holds_a_provisional_result_until_confirmed():
 
 def test_queue_drops_a_retracted_job_queued_decoding_or_held():
     clock, out, acks = Clock(), [], []
-    dec = FakeDecoder()
+    dec = FakeDecoder(text=STREAM_AT_END)
     q = AsrQueue(dec, lambda sid, r: out.append(r.text), clock=clock, on_idle=acks.append)
     q.push(utt("queued", clock.t), provisional=True)
     q.retract("queued")

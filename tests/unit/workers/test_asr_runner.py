@@ -9,40 +9,20 @@ from types import SimpleNamespace
 import numpy as np
 
 from cosyvoiced.config.schema import VadConfig
-from cosyvoiced.listen.asr import Utterance
-from cosyvoiced.listen.events import Transcript
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.worker.asr_sched import AsrQueue, AsrRunner
 from cosyvoiced.workers.worker.listeners import WorkerListening
 from cosyvoiced.workers.worker.utterances import MelPool
 from cosyvoiced.workers.worker.vad_tick import VadTicker
+from tests.fakes.asr import FakeDecoder, utt
 from tests.fakes.clock import Clock
+from tests.fakes.ring import ListRing
 from tests.fakes.vad import FakeBatch
-
-
-class GatedDecoder:
-    """Blocks in `transcribe` until released; records the thread it ran on."""
-
-    def __init__(self) -> None:
-        self.gate = threading.Event()
-        self.threads: list[int] = []
-        self.batches: list[list[str]] = []
-
-    def transcribe(self, utts):
-        self.threads.append(threading.get_ident())
-        assert self.gate.wait(10)
-        self.batches.append([u.stream for u in utts])
-        return [Transcript(f"text of {u.stream}", u.start_ms, u.end_ms, 1.0, 0.1, u.stream)
-                for u in utts]
-
-
-def utt(stream: str, end_s: float) -> Utterance:
-    return Utterance(np.zeros((10, 80), np.float32), 0, 100, end_s, stream)
 
 
 def test_batch_size_follows_the_earliest_deadline_slack():
     clock = Clock()
-    q = AsrQueue(GatedDecoder(), lambda *a: None, max_batch=8, deadline_s=1.5, clock=clock)
+    q = AsrQueue(FakeDecoder(gated=True), lambda *a: None, max_batch=8, deadline_s=1.5, clock=clock)
     q.batch_s = 0.3  # per utterance
     for i in range(10):
         q.push(utt(f"s{i}", clock.t))  # all due in 1.5 s: room for five at 0.3 s each
@@ -56,7 +36,7 @@ def test_batch_size_follows_the_earliest_deadline_slack():
 
 def test_the_runner_decodes_off_the_loop_thread_and_delivers_on_it():
     clock = Clock()
-    dec, out, busy = GatedDecoder(), [], []
+    dec, out, busy = FakeDecoder(gated=True), [], []
     q = AsrQueue(dec, lambda sid, t: out.append((sid, threading.get_ident())), clock=clock)
     runner = AsrRunner(q, on_busy=busy.append)
     try:
@@ -77,22 +57,6 @@ def test_the_runner_decodes_off_the_loop_thread_and_delivers_on_it():
         runner.close()
 
 
-class Ring:
-    def __init__(self) -> None:
-        self.x = np.zeros(0, np.float32)
-
-    def write(self, x: np.ndarray) -> None:
-        self.x = np.concatenate([self.x, x.astype(np.float32)])
-
-    def available(self) -> int:
-        return self.x.shape[0]
-
-    def read_into(self, out: np.ndarray) -> int:
-        n = min(out.shape[0], self.x.shape[0])
-        out[:n], self.x = self.x[:n], self.x[n:]
-        return n
-
-
 def test_the_vad_tick_goes_on_while_a_batch_decodes():
     cfg = VadConfig(start_ms=64, stop_ms=128, preroll_ms=64)
     sent: list = []
@@ -100,12 +64,12 @@ def test_the_vad_tick_goes_on_while_a_batch_decodes():
     ticker = VadTicker(lambda rate: batch, 0.0)
     wl = WorkerListening(SimpleNamespace(vad=cfg, asr=None, cache_dir=None), ticker,
                          sent.append)
-    dec = GatedDecoder()
+    dec = FakeDecoder(gated=True)
     wl.decoder, wl.pool = dec, MelPool(cfg)
     wl.asr = AsrQueue(dec, wl._transcribed, on_idle=wl._ack)
     wl.runner = AsrRunner(wl.asr)
     try:
-        ring = Ring()
+        ring = ListRing()
         wl.open("c", 8000, ring)
         ring.write(np.full(10 * 256, 0.05))
         ticker.tick(0.0)

@@ -18,6 +18,8 @@ import pytest
 from cosyvoiced.config.schema import WorkersConfig
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.worker.tts_sched import SayJob, TtsScheduler
+from tests.fakes.clock import Clock
+from tests.fakes.ring import PlaybackRing
 
 DEFAULTS = WorkersConfig()
 RATE = 1000
@@ -34,48 +36,6 @@ def scaled(profile: list[tuple[float, float]], rtf: float) -> list[tuple[float, 
     return [(a, r * k) for a, r in profile]
 
 
-class Clock:
-    t = 0.0
-
-
-class PacedRing:
-    """A playback ring whose listener reads 20 ms every 20 ms from the first sample on."""
-
-    def __init__(self, clock: Clock) -> None:
-        self.clock = clock
-        self.written = self.read = self.underruns = 0
-        self.playing = False
-        self.start: float | None = None
-
-    def write(self, samples: np.ndarray) -> int:
-        if self.start is None and samples.shape[0]:
-            self.start = self.clock.t
-        self.written += samples.shape[0]
-        return samples.shape[0]
-
-    def available(self) -> int:
-        return self.written - self.read
-
-    def set_playing(self, playing: bool) -> None:
-        self.playing = playing
-
-    def request_flush(self) -> None:
-        self.read = self.written
-
-    def listen(self, now: float) -> None:
-        if self.start is None:
-            return
-        want = int((now - self.start) * RATE) + 20 - self.read
-        if want <= 0:
-            return
-        have = self.written - self.read
-        if have < want:
-            self.underruns += self.playing
-            self.start += (want - have) / RATE  # the listener heard a gap: it is that late
-            want = have
-        self.read += want
-
-
 @dataclass
 class Chunk:
     audio: np.ndarray
@@ -88,7 +48,7 @@ def simulate(profiles: list[list[tuple[float, float]]], arrivals: list[float], *
              first_audio_s: float = DEFAULTS.first_audio_s,
              hints: bool = True, noise: float = 0.1, seed: int = 0):
     """Run one worker; returns (underruns per stream, first-audio latencies)."""
-    clock = Clock()
+    clock = Clock(0.0)
     rng = np.random.default_rng(seed)
     events: list[object] = []
 
@@ -107,7 +67,7 @@ def simulate(profiles: list[list[tuple[float, float]]], arrivals: list[float], *
     sched = TtsScheduler(make_gen, events.append, policy=policy, lookahead_s=lookahead_s,
                          first_audio_s=first_audio_s, clock=lambda: clock.t,
                          timer=lambda: clock.t)
-    rings: list[PacedRing] = []
+    rings: list[PlaybackRing] = []
     todo = sorted(zip(arrivals, range(len(profiles)), strict=True))
     next_read = [0.0]
 
@@ -124,7 +84,7 @@ def simulate(profiles: list[list[tuple[float, float]]], arrivals: list[float], *
     while clock.t < 300:
         while todo and todo[0][0] <= clock.t:
             at, i = todo.pop(0)
-            rings.append(PacedRing(clock))
+            rings.append(PlaybackRing(clock=clock, rate_hz=RATE))  # read at real-time pace
             sched.open(str(i), rings[-1], RATE)
             sched.say(str(i), SayJob(i, "text", None, at))
         advance(clock.t)

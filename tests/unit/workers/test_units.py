@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
+from cosyvoiced.listen.vad import WINDOW_MS
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.errors import CpuConfigError, Overloaded
 from cosyvoiced.workers.pool.admission import Admission, WorkerLoad
@@ -18,8 +20,9 @@ from cosyvoiced.workers.pool.cpus import (
     share_cpus,
 )
 from cosyvoiced.workers.worker.tts_sched import SayJob, TtsScheduler
-from cosyvoiced.workers.worker.vad_tick import VadGroup, VadTicker
-from tests.fakes.vad import ListRing
+from cosyvoiced.workers.worker.vad_tick import DC_TAU_S, VadGroup, VadTicker
+from tests.fakes.ring import ListRing, PlaybackRing
+from tests.fakes.vad import FakeBatch
 
 # --- CPU lists ------------------------------------------------------------------------
 
@@ -60,31 +63,6 @@ def test_config_rejects_more_onnx_threads_than_cpus():
 # --- the TTS scheduler ----------------------------------------------------------------
 
 
-class FakeRing:
-    def __init__(self, capacity: int = 1 << 20) -> None:
-        self.capacity = capacity
-        self.fill = 0
-        self.playing = False
-        self.flushes = 0
-        self.written = 0
-
-    def write(self, samples: np.ndarray) -> int:
-        n = min(samples.shape[0], self.capacity - self.fill)
-        self.fill += n
-        self.written += n
-        return n
-
-    def available(self) -> int:
-        return self.fill
-
-    def set_playing(self, playing: bool) -> None:
-        self.playing = playing
-
-    def request_flush(self) -> None:
-        self.flushes += 1
-        self.fill = 0
-
-
 @dataclass
 class FakeChunk:
     audio: np.ndarray
@@ -115,7 +93,7 @@ def make_sched(policy: str = "edf", lookahead_s: float = 1.5):
 
 def test_edf_serves_the_stream_closest_to_running_dry():
     sched, _ = make_sched()
-    rings = {name: FakeRing() for name in "abc"}
+    rings = {name: PlaybackRing() for name in "abc"}
     for name, ring in rings.items():
         sched.open(name, ring, RATE)
         sched.say(name, SayJob(1, "500 500 500", None, 0.0))
@@ -130,7 +108,7 @@ def test_edf_serves_the_stream_closest_to_running_dry():
 
 def test_new_request_goes_before_streams_that_have_audio_ahead():
     sched, events = make_sched()
-    busy, new = FakeRing(), FakeRing()
+    busy, new = PlaybackRing(), PlaybackRing()
     sched.open("busy", busy, RATE)
     sched.open("new", new, RATE)
     sched.say("busy", SayJob(1, "400 400 400 400", None, 0.0))
@@ -144,7 +122,7 @@ def test_new_request_goes_before_streams_that_have_audio_ahead():
 
 def test_fifo_ignores_deadlines_and_lookahead():
     sched, _ = make_sched("fifo")
-    a, b = FakeRing(), FakeRing()
+    a, b = PlaybackRing(), PlaybackRing()
     sched.open("a", a, RATE)
     sched.open("b", b, RATE)
     sched.say("a", SayJob(1, "100 100", None, 0.0))
@@ -159,7 +137,7 @@ def test_fifo_ignores_deadlines_and_lookahead():
 
 def test_say_done_only_after_all_audio_is_in_the_ring():
     sched, events = make_sched()
-    ring = FakeRing(capacity=150)
+    ring = PlaybackRing(capacity=150)
     sched.open("s", ring, RATE)
     sched.say("s", SayJob(7, "100 100", None, 0.0))
     sched.step(0.0)
@@ -173,7 +151,7 @@ def test_say_done_only_after_all_audio_is_in_the_ring():
 
 def test_cancel_drops_queued_work_at_once():
     sched, events = make_sched()
-    ring = FakeRing(capacity=50)
+    ring = PlaybackRing(capacity=50)
     sched.open("s", ring, RATE)
     sched.say("s", SayJob(1, "100 100 100", None, 0.0))
     sched.say("s", SayJob(2, "100", None, 0.0))
@@ -187,7 +165,7 @@ def test_cancel_drops_queued_work_at_once():
 
 def test_a_bad_request_fails_alone():
     sched, events = make_sched()
-    ring = FakeRing()
+    ring = PlaybackRing()
     sched.open("s", ring, RATE)
     sched.say("s", SayJob(1, "bad", None, 0.0))
     sched.say("s", SayJob(2, "100", None, 0.0))
@@ -201,27 +179,8 @@ def test_a_bad_request_fails_alone():
 # --- the VAD tick ---------------------------------------------------------------------
 
 
-class FakeBatch:
-    """Probability = mean of the window + slot/1000 (so rows cannot be mixed up)."""
-
-    def __init__(self, window: int = 4, capacity: int = 8) -> None:
-        self.window, self.capacity = window, capacity
-        self.free = list(range(capacity))
-        self.runs: list[int] = []
-
-    def open(self) -> int:
-        return self.free.pop(0)
-
-    def close(self, slot: int) -> None:
-        self.free.append(slot)
-
-    def run(self, slots, windows: np.ndarray) -> np.ndarray:
-        self.runs.append(len(slots))
-        return windows.mean(axis=1) + np.asarray(slots) / 1000
-
-
 def test_vad_group_runs_one_batch_per_round_and_keeps_streams_apart():
-    batch = FakeBatch()
+    batch = FakeBatch(window=4)
     group = VadGroup(batch)
     got: dict[str, list[float]] = {"a": [], "b": [], "c": []}
     rings = {"a": ListRing(np.full(8, 0.1, np.float32)),    # two windows
@@ -231,12 +190,14 @@ def test_vad_group_runs_one_batch_per_round_and_keeps_streams_apart():
         group.add(name, ring, got[name].append)
     assert group.tick() == 3
     assert batch.runs == [2, 1]
-    assert got["a"] == pytest.approx([0.1, 0.1]) and got["b"] == pytest.approx([0.201])
+    k = math.exp(-WINDOW_MS / 1000 / DC_TAU_S)  # each stream's DC offset is tracked, removed
+    assert got["a"] == pytest.approx([0.1 * k, 0.1 * k * k], rel=1e-5)
+    assert got["b"] == pytest.approx([0.2 * k + 0.001], rel=1e-5)
     assert got["c"] == [] and rings["c"].available() == 3
 
 
 def test_vad_ticker_ticks_on_its_period():
-    ticker = VadTicker(lambda rate: FakeBatch(), period_s=0.016)
+    ticker = VadTicker(lambda rate: FakeBatch(window=4), period_s=0.016)
     ring = ListRing(np.zeros(40, np.float32))
     ticker.add("s", 16000, ring, lambda p: None)
     assert ticker.tick(10.0) == 10
@@ -309,7 +270,7 @@ def test_malloc_trim_gives_a_threads_freed_heap_back():
 
     script = """
 import os, threading
-from cosyvoiced.workers.worker.entry import malloc_trim
+from cosyvoiced.workers.worker.heap import malloc_trim
 def rss_mb():
     return int(open("/proc/self/statm").read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 kept = []
