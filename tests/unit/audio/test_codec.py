@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import tracemalloc
 import warnings
 
 import numpy as np
 import pytest
 
+from cosyvoiced.audio import codec
 from cosyvoiced.audio.codec import (
     CodecError,
     alaw_decode,
@@ -17,6 +17,7 @@ from cosyvoiced.audio.codec import (
     mulaw_encode,
     s16_to_f32,
 )
+from tests.alloc import traced
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -121,15 +122,7 @@ def test_steady_state_with_out_allocates_nothing():
 
     for _ in range(50):
         cycle()
-    tracemalloc.start()
-    try:
-        base, _ = tracemalloc.get_traced_memory()
-        tracemalloc.reset_peak()
-        for _ in range(2000):
-            cycle()
-        cur, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    t = traced(cycle, 2000, codec.__file__, __file__)
     # Any per-call array would show as a transient peak of at least n bytes.
-    assert peak - base < n // 4, (base, cur, peak)
-    assert cur - base < 1024
+    assert t.peak_bytes < n // 4, t
+    assert t.retained_bytes < 1024, t

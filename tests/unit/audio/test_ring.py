@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
-import sys
 import time
-import tracemalloc
 from collections import deque
 
 import numpy as np
@@ -13,7 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cosyvoiced.audio import ring as ring_module
 from cosyvoiced.audio.ring import Ring, RingError
+from tests.alloc import traced
 
 
 @pytest.fixture
@@ -176,20 +176,10 @@ def test_steady_state_allocates_nothing(make_ring):
 
     for _ in range(100):
         cycle()
-    blocks0 = sys.getallocatedblocks()
-    tracemalloc.start()
-    try:
-        base, _ = tracemalloc.get_traced_memory()
-        tracemalloc.reset_peak()
-        for _ in range(20000):
-            cycle()
-        cur, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    t = traced(cycle, 20000, ring_module.__file__, __file__)
     assert ring.stats().written_frames == 20100 * 2 * period  # wrapped thousands of times
-    assert cur - base < 512, (base, cur)
-    assert peak - base < period, (base, peak)  # no transient data buffer
-    assert abs(sys.getallocatedblocks() - blocks0) < 50
+    assert t.retained_bytes < 512, t
+    assert t.peak_bytes < period, t  # no transient data buffer (one would be 4 x period)
 
 
 def _produce(name: str, duration_s: float, total, done) -> None:
