@@ -102,3 +102,9 @@ def decoder_as_2d(model: Any, prefix: str = DECODER) -> int:  # onnx.ModelProto
 
 DECODER_2D = GraphRewrite("dec2d1", decoder_as_2d)
 """What voices load with (the tag versions the rewrite in cache keys)."""
+
+
+def decoder_rewrite(threads: int) -> GraphRewrite | None:
+    """The rewrite a voice (or its split decoder) loads with at `threads` intra-op threads:
+    the 2-D decoder at one thread only (faster there, slower at two: docs/performance.md)."""
+    return DECODER_2D if threads == 1 else None

@@ -25,7 +25,7 @@ from cosyvoiced.tts.errors import (
     UnknownSpeaker,
     UnknownVoice,
 )
-from cosyvoiced.tts.graph import DECODER_2D
+from cosyvoiced.tts.graph import decoder_rewrite
 
 log = structlog.get_logger(__name__)
 
@@ -182,8 +182,7 @@ def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
         elif precision == "int8":
             raise NoInt8Variant(f"no INT8 variant of {files.name!r} passed the quality gate "
                                 f"in {state_dir}; run `python -m tools.quantize` on the voice first")
-    # 2-D decoder at one intra-op thread only: faster there, slower at two (docs/performance.md).
-    rewrite = DECODER_2D if threads == 1 else None
+    rewrite = decoder_rewrite(threads)
     try:
         session = create_session(model, threads=threads, cache_dir=cache_dir, rewrite=rewrite)
     except OnnxError:
