@@ -154,7 +154,8 @@ class Daemon:
             clock = self.audiosocket.clock
             self.health.register("audiosocket_clock", lambda: clock.last_tick_s)
         if self.config.wyoming.enabled:
-            self.wyoming = WyomingServer(self.speech, self.streams, self.config.wyoming.listen)
+            self.wyoming = WyomingServer(self.speech, self.streams, self.config.wyoming.listen,
+                                         max_chars=self.config.tts.max_chars)
             await self.wyoming.start()
         self.devices = Devices(self.config.audio, self.speech, streams=self.streams,
                                metrics=self.metrics, health=self.health)

@@ -119,6 +119,16 @@ class TtsConfig:
     """Raised-cosine fade at both edges of each clause's audio (no clicks at joins)."""
     warmup: bool = opt(True)
     """Run one synthesis per loaded voice before reporting ready."""
+    max_pause_s: float = opt(60.0, min=0.0, max=3600.0)
+    """Most silence the `<break>`s of one SSML request may add up to (more: refused,
+    `pauses_too_long`). Sized from `max_chars`: 5000 chars speak for ~4 min, so a minute of
+    written silence is generous, and it bounds the silence buffer to ~11 MB at 48 kHz."""
+    max_audio_s: float = opt(1200.0, min=1.0, max=86_400.0)
+    """Longest audio one request may produce: refused before any audio
+    (`audio_too_long`) when it cannot fit even at the fastest reading, else cut here.
+    Sized from `max_chars`: 5000 chars at ~23 chars/s are ~220 s, ~880 s at the slowest
+    rate a request may ask for (0.25x), plus `max_pause_s`, with headroom; raise it with
+    `max_chars`."""
 
 
 @dataclass(frozen=True, kw_only=True)

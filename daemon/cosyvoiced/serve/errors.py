@@ -33,6 +33,8 @@ STATUS: dict[str, int] = {
     # a body the route does not read
     "unsupported_media_type": 415,
     "unsupported_audio": 415,
+    # a WebSocket route asked without the upgrade handshake
+    "websocket_required": 426,
     "internal": 500,
     # fine, but not now
     "draining": UNAVAILABLE_STATUS,

@@ -244,7 +244,8 @@ class PoolSpeech:
         meta = describe(find_voice(options.voice or self.config.tts.voice,
                                    self.config.tts.voices_dirs))
         if options.ssml:
-            parse_ssml(text, meta.language)  # malformed SSML: a 400 before any audio
+            # malformed SSML or too many pauses: a 400 before any audio
+            parse_ssml(text, meta.language, max_pause_ms=round(self.config.tts.max_pause_s * 1000))
         rate = options.rate_hz or self.config.tts.rate_hz or meta.sample_rate_hz
         fmt = options.format or self.config.tts.format
         handle = await self.pool.open_tts_stream(rate, stream_id=_unique(stream_id))

@@ -83,3 +83,36 @@ class BadSsml(TtsError):
         super().__init__(f"malformed SSML at line {line}, column {column}: {message}")
         self.line = line
         self.column = column
+
+
+class PausesTooLong(TtsError):
+    """The `<break>`s of one SSML document add up to more than `tts.max_pause_s`."""
+
+    code = "pauses_too_long"
+
+    def __init__(self, total_ms: int, max_ms: int, line: int, column: int) -> None:
+        super().__init__(f"<break>s add up to over {max_ms} ms (at least {total_ms} ms by "
+                         f"line {line}, column {column}); the limit is tts.max_pause_s")
+        self.total_ms = total_ms
+        self.max_ms = max_ms
+        self.line = line
+        self.column = column
+
+
+class AudioTooLong(TtsError):
+    """A request would speak for longer than `tts.max_audio_s`, even at the fastest
+    reading a voice does (checked before any audio)."""
+
+    code = "audio_too_long"
+
+    def __init__(self, at_least_s: float, max_s: float) -> None:
+        super().__init__(f"this request speaks for at least {at_least_s:.0f} s; the limit "
+                         f"is {max_s:.0f} s (tts.max_audio_s)")
+        self.at_least_s = at_least_s
+        self.max_s = max_s
+
+
+class UnreadableText(TtsError):
+    """The text normalizer could not read the text (a rule failed on it)."""
+
+    code = "unreadable_text"

@@ -23,6 +23,11 @@ AudioFormat = Literal["float32", "s16le", "mulaw"]
 FORMATS: tuple[str, ...] = ("float32", "s16le", "mulaw")
 BYTES_PER_SAMPLE = {"float32": 4, "s16le": 2, "mulaw": 1}
 ALLOWED_CONTROLS = frozenset("\n\r\t")
+SPEED_RANGE = (0.25, 4.0)
+"""Speaking-rate multipliers a request may ask for (the API's `speed`, one SSML
+`<prosody rate>`, and nested ones multiplied: clamped to this)."""
+LENGTH_SCALE_RANGE = (0.1, 10.0)
+"""Length scales a request may ask for; a clause is never synthesized outside them."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +61,7 @@ class SynthesisOptions:
         if self.format is not None and self.format not in FORMATS:
             raise UnsupportedFormat(f"unsupported format {self.format!r}; supported: "
                                     f"{', '.join(FORMATS)}")
-        for name, lo, hi in (("length_scale", 0.1, 10.0), ("noise_scale", 0.0, 2.0),
+        for name, lo, hi in (("length_scale", *LENGTH_SCALE_RANGE), ("noise_scale", 0.0, 2.0),
                              ("noise_w_scale", 0.0, 2.0), ("volume", 0.0, 10.0)):
             value = getattr(self, name)
             if value is not None and not lo <= value <= hi:

@@ -3,6 +3,12 @@
 `TtsEngine.synthesize()` is a generator: each clause's audio is yielded as soon as it is
 synthesized (fades at its edges, then the pause after it), so the first audio leaves
 after the first clause. A cancel event is checked between clauses (barge-in).
+
+What one request may cost is bounded: each clause runs at a length scale within
+`LENGTH_SCALE_RANGE` whatever its SSML rate, the `<break>`s of a document add up to
+`tts.max_pause_s` at most (`PausesTooLong` otherwise), and a request whose audio would
+be longer than `tts.max_audio_s` even at the fastest reading is refused before any run
+(`AudioTooLong`); one that turns out longer is cut there (logged `tts_audio_capped`).
 """
 
 from __future__ import annotations
@@ -17,12 +23,12 @@ from cosyvoiced.audio.codec import f32_to_s16, mulaw_encode
 from cosyvoiced.audio.resample import StreamResampler
 from cosyvoiced.config.schema import TtsConfig
 from cosyvoiced.runtime.onnx import run as onnx_run
-from cosyvoiced.tts.errors import EmptyText
+from cosyvoiced.tts.errors import AudioTooLong, EmptyText
 from cosyvoiced.tts.normalize import Segment, plain_segments
 from cosyvoiced.tts.normalize.ssml import parse_ssml
 from cosyvoiced.tts.phonemize import raw_phonemes, text_to_ids, to_ids
 from cosyvoiced.tts.plan import Clause, PlanLimits, plan
-from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text
+from cosyvoiced.tts.request import LENGTH_SCALE_RANGE, AudioChunk, SynthesisOptions, check_text
 from cosyvoiced.tts.voices import Voice, VoiceMeta, describe, discover, find_voice, load_voice
 
 log = structlog.get_logger(__name__)
@@ -33,6 +39,25 @@ CUT_TAIL_MS = 40
 TARGET_PEAK = 0.8
 """Warm-up sets a fixed voice gain so this is the warm-up sentence's peak (no per-clause
 peak normalization: it would make clauses of one sentence differ in loudness)."""
+FAST_CHARS_PER_S = 30.0
+"""Characters per second faster than any voice reads at length scale 1 (Piper medium
+voices read ~23): a request speaks at least its characters over this, times its length
+scale, so refusing on that never refuses one that would have fitted."""
+
+
+def effective_length_scale(length_scale: float, rate: float) -> float:
+    """The length scale a clause is synthesized at: the request's over the clause's
+    speaking rate, kept within `LENGTH_SCALE_RANGE` (one ONNX run's output is bounded)."""
+    lo, hi = LENGTH_SCALE_RANGE
+    return min(max(length_scale / (rate if rate > 0 else 1.0), lo), hi)
+
+
+def audio_floor_s(clauses: list[Clause], length_scale: float) -> float:
+    """The least audio `clauses` can come to: their pauses, and their text read at
+    `FAST_CHARS_PER_S`."""
+    speech = sum(len(c.text) / FAST_CHARS_PER_S * effective_length_scale(length_scale, c.rate)
+                 for c in clauses if c.text)
+    return speech + sum(c.pause_after_ms for c in clauses) / 1000
 
 
 def fade_edges(audio: np.ndarray, fade_samples: int) -> None:
@@ -128,7 +153,8 @@ class TtsEngine:
 
     def segments(self, text: str, voice: Voice, ssml: bool) -> list[Segment]:
         if ssml:
-            return parse_ssml(text, voice.language)
+            return parse_ssml(text, voice.language,
+                              max_pause_ms=int(round(self.config.max_pause_s * 1000)))
         return plain_segments(text, voice.language)
 
     def limits(self) -> PlanLimits:
@@ -148,6 +174,11 @@ class TtsEngine:
         clauses = plan(self.segments(text, voice, options.ssml), self.limits())
         if not clauses:
             raise EmptyText("nothing to speak (no words, phonemes or breaks)")
+        length = (options.length_scale if options.length_scale is not None
+                  else voice.config.length_scale)
+        floor_s = audio_floor_s(clauses, length)
+        if floor_s > self.config.max_audio_s:
+            raise AudioTooLong(floor_s, self.config.max_audio_s)
         return self._stream(voice, clauses, options, sid, cancel)
 
     def _stream(self, voice: Voice, clauses: list[Clause], options: SynthesisOptions,
@@ -162,16 +193,19 @@ class TtsEngine:
         noise_w = options.noise_w_scale if options.noise_w_scale is not None else cfg.noise_w_scale
         gain = np.float32(voice.gain * options.volume)
         fade = int(round(self.config.fade_ms * in_rate / 1000))
+        left = int(self.config.max_audio_s * in_rate)  # samples still allowed (voice rate)
         index = 0
         for n, clause in enumerate(clauses):
             if cancel is not None and cancel.is_set():
                 log.info("tts_cancelled", voice=voice.name, at_clause=n, clauses=len(clauses))
                 return
-            pause = np.zeros(clause.pause_after_ms * in_rate // 1000, dtype=np.float32)
+            pause = np.zeros(min(clause.pause_after_ms * in_rate // 1000, left),
+                             dtype=np.float32)
             if clause.text:
                 ids = (to_ids(raw_phonemes(clause.text), cfg.phoneme_id_map) if clause.phonemes
                        else text_to_ids(clause.text, cfg))
-                speech = self._run(voice, ids, length / clause.rate, noise, noise_w, sid)
+                speech = self._run(voice, ids, effective_length_scale(length, clause.rate),
+                                   noise, noise_w, sid)
                 if clause.cut:  # mid-phrase: no end-of-utterance pause where none is written
                     speech = trim_trailing_silence(speech, keep=CUT_TAIL_MS * in_rate // 1000)
                 np.multiply(speech, gain, out=speech)
@@ -181,10 +215,18 @@ class TtsEngine:
             else:
                 audio = pause
             last = n == len(clauses) - 1
+            if audio.shape[0] > left or (audio.shape[0] == left and not last):
+                log.warning("tts_audio_capped", voice=voice.name, at_clause=n,
+                            clauses=len(clauses), max_audio_s=self.config.max_audio_s)
+                last = True
+            audio = audio[:left]
+            left -= audio.shape[0]
             if resampler is not None:
                 audio = resampler.process(audio)
                 if last:
                     audio = np.concatenate([audio, resampler.flush()])
             yield AudioChunk(audio, encode(audio, fmt), out_rate, fmt, index, clause.text, last)
             index += 1
+            if last:
+                return
 

@@ -42,7 +42,8 @@ AT_DEFAULT = frozenset({
     # bad TTS requests: 400
     "empty_text", "invalid_utf8", "control_characters", "unknown_voice", "invalid_voice_name",
     "unknown_speaker", "unsupported_rate", "unsupported_format", "bad_parameter",
-    "no_int8_variant", "bad_ssml", "unsupported_voice",
+    "no_int8_variant", "bad_ssml", "unsupported_voice", "pauses_too_long", "audio_too_long",
+    "unreadable_text",
     # never reach an HTTP route today (startup, devices, the worker side, the CLI): were
     # one to, it is a 400 unless listed in STATUS
     "bad_config", "listen_failed", "bad_cpus", "ctl_error", "onnx_error", "codec_bad_input",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import struct
@@ -20,7 +21,7 @@ from cosyvoiced.listen.events import EventBus, Transcript
 from cosyvoiced.runtime.metrics import Metrics
 from cosyvoiced.serve.http.app import make_app
 from cosyvoiced.serve.streams import Streams
-from tests.fakes.speech import FakeSpeech
+from tests.fakes.speech import FakeListening, FakeSpeech
 
 
 @dataclass
@@ -344,3 +345,70 @@ def test_websocket_end_sends_each_transcript_once():
     types = run(go)
     assert types[-1] == "ended"
     assert types.count("transcript") == 2, types  # the first utterance and the open one
+
+
+class _CountingSpeech(FakeSpeech):
+    """Counts listening streams opened and closed (a worker listen stream and its ring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = 0
+
+    async def listen(self, rate_hz: int, stream_id: str) -> FakeListening:
+        lis = await super().listen(rate_hz, stream_id)
+        close = lis.close
+
+        async def counted_close() -> list[Transcript]:
+            self.closed += 1
+            return await close()
+        lis.close = counted_close  # type: ignore[method-assign]
+        return lis
+
+
+def test_plain_get_on_the_websocket_route_opens_nothing():
+    # regression: each GET without an upgrade leaked a stream slot, a listen stream and
+    # its ring; max_streams of them refused every new request until restart
+    speech = _CountingSpeech()
+
+    async def go(http, daemon):
+        for _ in range(12):
+            async with http.get("/v1/stream?rate_hz=16000") as r:
+                assert r.status == 426, await r.text()
+                assert r.headers["Upgrade"] == "websocket"
+                assert (await r.json())["error"]["code"] == "websocket_required"
+        assert len(daemon.streams) == 0 and speech.listens == []
+        async with http.post("/v1/tts", json={"text": "still served"}) as r:
+            assert r.status == 200
+            await r.read()
+        async with http.ws_connect("/v1/stream?rate_hz=16000") as ws:
+            assert (await ws.receive_json())["type"] == "ready"
+            await ws.send_str(json.dumps({"type": "end"}))
+            async for _msg in ws:
+                pass
+        for _ in range(50):  # the server's side finishes just after the client's
+            if len(daemon.streams) == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert len(daemon.streams) == 0 and speech.closed == len(speech.listens) == 1
+    run(go, FakeDaemon(speech=speech, streams=Streams(8)))
+
+
+def test_websocket_prepare_failure_releases_the_stream(monkeypatch):
+    # the handshake can still fail after the upgrade check (client gone mid-handshake):
+    # what was opened for it is closed again
+    from aiohttp import web
+
+    speech = _CountingSpeech()
+
+    async def failing_prepare(self, request):
+        raise ConnectionResetError("client went away during the handshake")
+    monkeypatch.setattr(web.WebSocketResponse, "prepare", failing_prepare)
+
+    async def go(http, daemon):
+        for _ in range(3):
+            with contextlib.suppress(Exception):
+                async with http.ws_connect("/v1/stream?rate_hz=16000"):
+                    pass
+        assert len(daemon.streams) == 0
+        assert speech.closed == len(speech.listens) == 3
+    run(go, FakeDaemon(speech=speech, streams=Streams(8)))

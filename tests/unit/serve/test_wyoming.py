@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
 from wyoming.info import Describe, Info
+from wyoming.ping import Ping
 from wyoming.tts import (
     Synthesize,
     SynthesizeChunk,
@@ -24,6 +26,7 @@ from wyoming.tts import (
 )
 from wyoming.vad import VoiceStarted, VoiceStopped
 
+from cosyvoiced.config.schema import TtsConfig
 from cosyvoiced.serve.streams import Streams
 from cosyvoiced.serve.wyoming.server import WyomingServer
 from cosyvoiced.serve.wyoming.wire import WyomingProtocolError, parse_header
@@ -195,4 +198,76 @@ def test_fuzz_garbage_never_kills_the_server(blob):
             await client.write_event(Describe().event())
             assert (await _collect(client, "info"))[-1].type == "info"
         await server.stop()
+    asyncio.run(main())
+
+
+def test_streamed_text_over_max_chars_is_a_typed_error_for_that_stream_only():
+    # regression: synthesize-chunk text piled up without a cap until synthesize-stop
+    async def main():
+        speech = FakeSpeech()
+        server, port = await _server(speech)
+        async with AsyncTcpClient("127.0.0.1", port) as client, \
+                AsyncTcpClient("127.0.0.1", port) as other:
+            await client.write_event(SynthesizeStart().event())
+            chunk = "word " * 10  # no sentence end: nothing can be spoken yet
+            for _ in range(TtsConfig().max_chars // len(chunk) + 20):
+                await client.write_event(SynthesizeChunk(text=chunk).event())
+            await client.write_event(Ping().event())  # the error comes before the pong
+            events = [await asyncio.wait_for(client.read_event(), 10) for _ in range(2)]
+            assert [e.type for e in events] == ["error", "pong"]
+            err = Error.from_event(events[0])
+            assert err.code == "text_too_long" and str(TtsConfig().max_chars) in err.text
+            await client.write_event(SynthesizeChunk(text="ignored. ").event())
+            await client.write_event(SynthesizeStop().event())
+            assert [e.type for e in await _collect(client, "synthesize-stopped")] == [
+                "synthesize-stopped"]
+            assert speech.requests == []
+            await other.write_event(Synthesize(text="unaffected").event())
+            assert (await _collect(other, "audio-stop"))[-1].type == "audio-stop"
+            await client.write_event(Synthesize(text="still served").event())
+            assert (await _collect(client, "audio-stop"))[-1].type == "audio-stop"
+        await server.stop()
+    asyncio.run(main())
+
+
+class _CountingPattern:
+    """A sentence-end pattern that counts the characters each scan looks at."""
+
+    def __init__(self, pattern: re.Pattern[str]) -> None:
+        self.pattern = pattern
+        self.scanned = 0
+
+    def _count(self, name: str):
+        def scan(text: str, *args, **kwargs):
+            self.scanned += len(text)
+            return getattr(self.pattern, name)(text, *args, **kwargs)
+        return scan
+
+    def __getattr__(self, name: str):
+        return self._count(name)
+
+
+def test_streamed_text_is_scanned_once(monkeypatch):
+    # regression: every chunk re-joined and re-split all the text since the last sentence
+    # end: O(n^2) on the event loop
+    from cosyvoiced.serve.wyoming import server as wyoming_server
+
+    counting = _CountingPattern(wyoming_server._SENTENCE_END)
+    monkeypatch.setattr(wyoming_server, "_SENTENCE_END", counting)
+
+    async def main():
+        speech = FakeSpeech()
+        server, port = await _server(speech)
+        parts = ["ab "] * 1500 + ["end.", " Next one", " too!", " tail"]
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(SynthesizeStart().event())
+            for part in parts:
+                await client.write_event(SynthesizeChunk(text=part).event())
+            await client.write_event(SynthesizeStop().event())
+            await _collect(client, "synthesize-stopped", limit=5000)
+        await server.stop()
+        total = sum(map(len, parts))
+        assert counting.scanned <= total + 2 * len(parts), (counting.scanned, total)
+        texts = [t for t, _ in speech.requests]
+        assert texts == [("ab " * 1500) + "end.", "Next one too!", "tail"]
     asyncio.run(main())

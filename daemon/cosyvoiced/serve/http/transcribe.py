@@ -20,7 +20,7 @@ from aiohttp import WSMsgType, web
 from cosyvoiced.audio.codec import s16_to_f32
 from cosyvoiced.audio.resample import SUPPORTED_RATES_HZ, StreamResampler
 from cosyvoiced.listen.events import EventBus, Transcript, VoiceStarted, VoiceStopped
-from cosyvoiced.serve.errors import api_error, as_api_error
+from cosyvoiced.serve.errors import api_error, as_api_error, status_of
 from cosyvoiced.serve.speech import Listening, Speech, Synthesis, Unavailable
 from cosyvoiced.serve.streams import Refused, Streams
 from cosyvoiced.tts.errors import TtsError
@@ -145,11 +145,14 @@ class ListenRoutes:
             sub.close()
         return response
 
-    async def stream(self, request: web.Request) -> web.WebSocketResponse:
+    async def stream(self, request: web.Request) -> web.StreamResponse:
         """WebSocket duplex: binary s16le mono in at `?rate_hz=` (8000/16000) -> JSON events
         out; JSON `{"type": "say", "text": ...}` in -> binary s16le audio out at
         `?out_rate_hz=`; `{"type": "stop"}` flushes what is being spoken; `{"type": "end"}`
-        transcribes what is still open, sends it, then `{"type": "ended"}` and closes."""
+        transcribes what is still open, sends it, then `{"type": "ended"}` and closes.
+
+        A request that is no WebSocket handshake is answered 426 `websocket_required` with
+        nothing opened; once opened, the stream is closed whatever fails after."""
         try:
             rate = int(request.query.get("rate_hz", "16000"))
             out_rate = int(request.query.get("out_rate_hz", "16000"))
@@ -157,12 +160,16 @@ class ListenRoutes:
             raise api_error("bad_parameter", "rate_hz/out_rate_hz must be integers") from None
         if rate not in LISTEN_RATES_HZ or out_rate not in SUPPORTED_RATES_HZ:
             raise api_error("unsupported_rate", f"rate_hz must be one of {LISTEN_RATES_HZ}")
-        listening, stream_id = await self._listen(rate, "ws")
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=1 << 20)
-        await ws.prepare(request)
-        session = _WsSession(ws, self.speech, stream_id, out_rate)
-        forward = asyncio.create_task(session.forward_events(listening))
+        if not ws.can_prepare(request).ok:
+            return websocket_required()
+        listening, stream_id = await self._listen(rate, "ws")
+        session: _WsSession | None = None
+        forward: asyncio.Task[None] | None = None
         try:
+            await ws.prepare(request)
+            session = _WsSession(ws, self.speech, stream_id, out_rate)
+            forward = asyncio.create_task(session.forward_events(listening))
             await ws.send_json({"type": "ready", "stream": stream_id, "rate_hz": rate,
                                 "out_rate_hz": out_rate})
             async for msg in ws:
@@ -175,19 +182,35 @@ class ListenRoutes:
                     if await session.command(msg.data) == "end":
                         break
         finally:
-            session.stop_speaking()
-            finals = await listening.close()
-            forward.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await forward
-            with contextlib.suppress(ConnectionError, RuntimeError):
-                for t in finals:  # the open utterance's, unless already sent as an event
-                    if t not in session.sent:
-                        await ws.send_json(t.to_dict())
-                await ws.send_json({"type": "ended"})
-            self.streams.close(stream_id)
-            await ws.close()
+            try:
+                if session is not None:
+                    session.stop_speaking()
+                try:
+                    finals = await listening.close()
+                finally:
+                    if forward is not None:
+                        forward.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await forward
+                if session is not None and ws.prepared:
+                    with contextlib.suppress(ConnectionError, RuntimeError):
+                        for t in finals:  # the open utterance's, unless already sent
+                            if t not in session.sent:
+                                await ws.send_json(t.to_dict())
+                        await ws.send_json({"type": "ended"})
+                    await ws.close()
+            finally:
+                self.streams.close(stream_id)
         return ws
+
+
+def websocket_required() -> web.Response:
+    """426 for a request to a WebSocket route without a (valid) upgrade handshake."""
+    code = "websocket_required"
+    return web.json_response(
+        {"error": {"code": code, "message": "this route is a WebSocket: send a GET with "
+                   "Connection: Upgrade, Upgrade: websocket and Sec-WebSocket-Key/-Version"}},
+        status=status_of(code), headers={"Upgrade": "websocket"})
 
 
 def _err(code: str, message: str) -> dict[str, Any]:

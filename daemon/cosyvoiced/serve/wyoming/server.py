@@ -2,6 +2,10 @@
 
 One task per connection and no shared lock, so clients are served in parallel. A
 malformed event ends only that connection, after an `error` event with a code.
+
+Streamed text (`synthesize-chunk`) is spoken a sentence at a time as sentence ends
+arrive; what waits for one is capped at `tts.max_chars` (`text_too_long`, that stream is
+dropped), and each chunk is scanned once, not all the text since the last sentence end.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from cosyvoiced import __version__
 from cosyvoiced.audio.codec import s16_to_f32
 from cosyvoiced.audio.resample import StreamResampler
 from cosyvoiced.config.addr import WYOMING_FORMS, ListenAddress
+from cosyvoiced.config.schema import TtsConfig
 from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.events import Transcript as TranscriptEvent
 from cosyvoiced.listen.events import VoiceStarted as VoiceStartedEvent
@@ -48,7 +53,7 @@ from cosyvoiced.listen.events import VoiceStopped as VoiceStoppedEvent
 from cosyvoiced.serve.speech import Listening, Speech, Unavailable
 from cosyvoiced.serve.streams import Refused, Streams
 from cosyvoiced.serve.wyoming.wire import MAX_LINE_BYTES, WyomingProtocolError, read_event
-from cosyvoiced.tts.errors import TtsError
+from cosyvoiced.tts.errors import TextTooLong, TtsError
 from cosyvoiced.tts.request import SynthesisOptions
 
 log = structlog.get_logger(__name__)
@@ -57,6 +62,51 @@ ATTRIBUTION = Attribution(name="cosyvoiced", url="file:/usr/share/doc/cosyvoiced
 SAMPLES_PER_EVENT = 2048
 LISTEN_RATES_HZ = (8000, 16000)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+DEFAULT_MAX_CHARS = TtsConfig().max_chars
+
+
+class StreamedText:
+    """The text of one `synthesize-start ... synthesize-stop`: what came since the last
+    sentence end, kept in pieces (never re-joined per chunk) and capped at `max_chars`."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.max_chars = max_chars
+        self._parts: list[str] = []
+        self._chars = 0
+        self._last = ""
+        """The last character kept, for the sentence end's look-behind across chunks."""
+        self.refused = False
+        """Went over `max_chars`: the rest of the stream is dropped."""
+
+    def add(self, text: str) -> list[str]:
+        """Take one chunk; returns the sentences it completes. Raises TextTooLong (and
+        drops the stream) when the text waiting for a sentence end gets over the cap."""
+        if self.refused:
+            return []
+        window = self._last + text  # only the new text (and one character) is scanned
+        *done, rest = _SENTENCE_END.split(window)
+        if not done:
+            self._keep(text)
+            return []
+        first = "".join(self._parts) + done[0][len(self._last):]
+        self._parts, self._chars, self._last = [], 0, ""
+        self._keep(rest)
+        return [first, *done[1:]]
+
+    def _keep(self, text: str) -> None:
+        if self._chars + len(text) > self.max_chars:
+            self.refused = True
+            length = self._chars + len(text)
+            self._parts, self._chars = [], 0
+            raise TextTooLong(length, self.max_chars)
+        if text:
+            self._parts.append(text)
+            self._chars += len(text)
+            self._last = text[-1]
+
+    def rest(self) -> str:
+        """What is left at synthesize-stop."""
+        return "" if self.refused else "".join(self._parts)
 
 
 class ClientError(CosyvoicedError):
@@ -71,13 +121,15 @@ class Connection:
     """The state of one Wyoming client."""
 
     def __init__(self, speech: Speech, streams: Streams, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, name: str) -> None:
+                 writer: asyncio.StreamWriter, name: str, *,
+                 max_chars: int = DEFAULT_MAX_CHARS) -> None:
         self.speech = speech
         self.streams = streams
         self.reader = reader
         self.writer = writer
         self.name = name
-        self._stream_text: list[str] | None = None
+        self.max_chars = max_chars
+        self._stream_text: StreamedText | None = None
         self._stream_options = SynthesisOptions(format="s16le")
         self._listening: Listening | None = None
         self._resampler: StreamResampler | None = None
@@ -117,7 +169,7 @@ class Connection:
                 await self.speak(msg.text, _options(msg.voice))
         elif SynthesizeStart.is_type(event.type):
             msg = _parse(SynthesizeStart, event)
-            self._stream_text = []
+            self._stream_text = StreamedText(self.max_chars)
             self._stream_options = _options(msg.voice)
         elif SynthesizeChunk.is_type(event.type):
             await self.stream_chunk(_parse(SynthesizeChunk, event).text)
@@ -176,17 +228,14 @@ class Connection:
     async def stream_chunk(self, text: str) -> None:
         if self._stream_text is None:
             raise ClientError("no_stream", "synthesize-chunk before synthesize-start")
-        self._stream_text.append(text)
-        *done, rest = _SENTENCE_END.split("".join(self._stream_text))
-        self._stream_text = [rest]
-        for sentence in done:
+        for sentence in self._stream_text.add(text):
             if sentence.strip():
                 await self.speak(sentence, self._stream_options)
 
     async def stream_stop(self) -> None:
         if self._stream_text is None:
             raise ClientError("no_stream", "synthesize-stop before synthesize-start")
-        rest = "".join(self._stream_text)
+        rest = self._stream_text.rest()
         self._stream_text = None
         if rest.strip():
             await self.speak(rest, self._stream_options)
@@ -268,10 +317,13 @@ def _options(voice: Any) -> SynthesisOptions:
 
 
 class WyomingServer:
-    def __init__(self, speech: Speech, streams: Streams, listen: str) -> None:
+    def __init__(self, speech: Speech, streams: Streams, listen: str, *,
+                 max_chars: int = DEFAULT_MAX_CHARS) -> None:
         self.speech = speech
         self.streams = streams
         self.listen = listen
+        self.max_chars = max_chars
+        """`tts.max_chars`: most streamed text waiting for a sentence end."""
         self._server: asyncio.base_events.Server | None = None
         self._clients: set[asyncio.Task[None]] = set()
         self.bound = ""
@@ -295,7 +347,8 @@ class WyomingServer:
         assert task is not None
         self._clients.add(task)
         try:
-            await Connection(self.speech, self.streams, reader, writer, str(peer)).run()
+            await Connection(self.speech, self.streams, reader, writer, str(peer),
+                             max_chars=self.max_chars).run()
         except asyncio.CancelledError:
             pass  # server stopping: end quietly (asyncio logs a cancelled client task)
         finally:

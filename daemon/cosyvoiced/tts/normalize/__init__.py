@@ -9,10 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import structlog
+
+from cosyvoiced.tts.errors import TtsError, UnreadableText
 from cosyvoiced.tts.normalize.en_text import normalize_en
 from cosyvoiced.tts.normalize.segments import Pause, Phonemes, Segment, Speech, split_phoneme_blocks
 
 Normalizer = Callable[[str], str]
+
+log = structlog.get_logger(__name__)
 
 _REGISTRY: dict[str, Normalizer] = {"en": normalize_en}
 
@@ -27,10 +32,24 @@ def languages() -> list[str]:
 
 
 def normalize_text(text: str, language: str = "en") -> str:
-    """Normalize plain text (no phoneme blocks) for `language` ("en", "en_US", "en-us")."""
+    """Normalize plain text (no phoneme blocks) for `language` ("en", "en_US", "en-us").
+
+    A rule that fails on the text is a typed `UnreadableText` (answered 400), never an
+    untyped error: the rules are meant to read or leave whatever they match, so it is also
+    logged as the bug it is."""
     family = language.replace("-", "_").split("_")[0].lower()
     fn = _REGISTRY.get(family)
-    return fn(text) if fn else text
+    if fn is None:
+        return text
+    try:
+        return fn(text)
+    except TtsError:
+        raise
+    except Exception as exc:  # a rule's bug must not become a 500
+        log.warning("normalize_failed", language=family, error=repr(exc)[:200],
+                    text_chars=len(text))
+        raise UnreadableText(f"the {family} text normalizer could not read this text "
+                             f"({type(exc).__name__})") from exc
 
 
 def plain_segments(text: str, language: str = "en", rate: float = 1.0) -> list[Segment]:

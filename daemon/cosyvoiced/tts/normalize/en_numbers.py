@@ -11,37 +11,61 @@ import re
 from num2words import num2words
 
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
+MAX_WORD_DIGITS = 36
+"""Longest number read as words (up to "undecillion"); a longer one is read digit by digit
+in groups. Far below what int() (4300 digits) and num2words (~10^300) refuse."""
 
 
 def _clean(words: str) -> str:
     return words.replace(",", "").replace(" and ", " ").replace("-", " ")
 
 
+def _too_long(n: int) -> bool:
+    return abs(n) >= 10 ** MAX_WORD_DIGITS
+
+
 def cardinal(n: int) -> str:
     """1250 -> "one thousand two hundred fifty"."""
     if n < 0:
         return "minus " + cardinal(-n)
-    return _clean(num2words(n))
+    return grouped_digits(str(n)) if _too_long(n) else _clean(num2words(n))
 
 
 def ordinal(n: int) -> str:
     """21 -> "twenty first"."""
-    return _clean(num2words(n, to="ordinal"))
+    return grouped_digits(str(n)) if _too_long(n) else _clean(num2words(n, to="ordinal"))
 
 
 def year(n: int) -> str:
     """2024 -> "twenty twenty four", 2005 -> "two thousand five", 1999 -> "nineteen ninety nine"."""
-    return _clean(num2words(n, to="year"))
+    return grouped_digits(str(n)) if _too_long(n) else _clean(num2words(n, to="year"))
+
+
+def decimal_digits(s: str) -> str:
+    """The decimal digits of `s` (any script: "٣" is three), without the rest ("²" is a
+    superscript, not a digit: int() refuses it)."""
+    return "".join(c for c in s if c.isdecimal())
 
 
 def digits(s: str) -> str:
     """"4071" -> "four zero seven one" (non-digits dropped)."""
-    return " ".join(DIGIT_WORDS[int(c)] for c in s if c.isdigit())
+    return " ".join(DIGIT_WORDS[int(c)] for c in s if c.isdecimal())
+
+
+def whole_number(ds: str) -> str:
+    """A string of decimal digits read as a number: words, or digit groups when it is
+    longer than `MAX_WORD_DIGITS` (never an int() of thousands of digits)."""
+    return grouped_digits(ds) if len(ds) > MAX_WORD_DIGITS else cardinal(int(ds or "0"))
+
+
+def ordinal_number(ds: str) -> str:
+    """A string of decimal digits read as an ordinal ("21" -> "twenty first")."""
+    return grouped_digits(ds) if len(ds) > MAX_WORD_DIGITS else ordinal(int(ds or "0"))
 
 
 def grouped_digits(s: str, group: int = 4) -> str:
     """Long digit strings read in groups with short pauses: "one two three four, five six"."""
-    ds = "".join(c for c in s if c.isdigit())
+    ds = decimal_digits(s)
     if len(ds) <= group + 1:
         return digits(ds)
     chunks = [ds[i:i + group] for i in range(0, len(ds), group)]
@@ -55,7 +79,7 @@ def number(s: str) -> str:
     neg = s.startswith(("-", "−"))
     s = s.lstrip("-−").replace(",", "")
     whole, _, frac = s.partition(".")
-    words = cardinal(int(whole or "0"))
+    words = whole_number(whole)
     if frac:
         words += " point " + digits(frac)
     return ("minus " + words) if neg else words
@@ -74,7 +98,10 @@ CURRENCY_RE = re.compile(
 def currency(symbol: str, whole: str, cents: str | None, scale: str | None = None) -> str:
     """("$", "1,250", "00") -> "one thousand two hundred fifty dollars"."""
     one, many, sub_one, sub_many = CURRENCIES[symbol]
-    n = int(whole.replace(",", ""))
+    ds = whole.replace(",", "")
+    if len(ds) > MAX_WORD_DIGITS:
+        return f"{grouped_digits(ds)} {many}"
+    n = int(ds)
     if scale:
         amount = number(whole + (f".{cents}" if cents else ""))
         return f"{amount} {scale} {many}"
@@ -106,7 +133,7 @@ def money_and_percent(text: str) -> str:
 
 
 def ordinals(text: str) -> str:
-    return ORDINAL_RE.sub(lambda m: ordinal(int(m.group(1))), text)
+    return ORDINAL_RE.sub(lambda m: ordinal_number(m.group(1)), text)
 
 
 def plain_numbers(text: str) -> str:

@@ -13,6 +13,7 @@ from cosyvoiced.tts.normalize.en_dates import dates, times
 from cosyvoiced.tts.normalize.en_numbers import (
     DIGIT_WORDS,
     cardinal,
+    decimal_digits,
     digits,
     grouped_digits,
     money_and_percent,
@@ -39,7 +40,7 @@ TOLL_FREE_WORDS = {"800", "888", "877", "866", "855", "844", "833"}
 
 def phone_number(raw: str) -> str:
     """Digits in groups with short pauses: "five five five, eight six seven, five three zero nine"."""
-    ds = "".join(c for c in raw if c.isdigit())
+    ds = decimal_digits(raw)
     groups = [ds[-4:], ds[-7:-4], ds[-10:-7]][::-1]
     if len(ds) == 11:
         groups.insert(0, ds[0])
@@ -60,7 +61,7 @@ def spell_code(code: str, *, phonetic: bool = True) -> str:
     """"B7X" -> "B, as in boy, seven, X, as in x-ray"; phonetic=False: "B, seven, X"."""
     parts = []
     for c in code.upper():
-        if c.isdigit():
+        if c.isdecimal():
             parts.append(DIGIT_WORDS[int(c)])
         elif c in PHONETIC:
             parts.append(f"{c}, as in {PHONETIC[c]}" if phonetic else c)

@@ -2,7 +2,12 @@
 
 Parsed with expat, with document type declarations refused outright (so no entity
 expansion and no external entities can ever be read). Every error, syntax or meaning,
-is a BadSsml naming the line and column.
+is a BadSsml naming the line and column; nothing else escapes but other `TtsError`s
+(`PausesTooLong`, `UnreadableText`).
+
+What a document can ask for is bounded: nested `<prosody rate>`s multiply, but the rate
+is clamped to `SPEED_RANGE` at each level (the API's own `speed` range), and the
+`<break>`s of one document may add up to `max_pause_ms` at most (`tts.max_pause_s`).
 """
 
 from __future__ import annotations
@@ -11,19 +16,26 @@ import re
 from dataclasses import dataclass
 from xml.parsers import expat
 
-from cosyvoiced.tts.errors import BadSsml
+import structlog
+
+from cosyvoiced.tts.errors import BadSsml, PausesTooLong, TtsError
 from cosyvoiced.tts.normalize import plain_segments
 from cosyvoiced.tts.normalize.en_dates import dates, spoken_date
 from cosyvoiced.tts.normalize.en_numbers import (
     CURRENCY_RE,
+    MAX_WORD_DIGITS,
     cardinal,
     currency,
+    decimal_digits,
     digits,
     number,
-    ordinal,
+    ordinal_number,
 )
 from cosyvoiced.tts.normalize.en_text import characters, phone_number
 from cosyvoiced.tts.normalize.segments import Pause, Segment, Speech
+from cosyvoiced.tts.request import SPEED_RANGE
+
+log = structlog.get_logger(__name__)
 
 TAGS = ("speak", "break", "say-as", "prosody", "p", "s", "sub")
 INTERPRET_AS = ("digits", "telephone", "date", "currency", "characters", "spell-out",
@@ -33,6 +45,12 @@ RATE_WORDS = {"x-slow": 0.6, "slow": 0.8, "medium": 1.0, "default": 1.0, "fast":
 STRENGTH_MS = {"none": 0, "x-weak": 100, "weak": 200, "medium": 400, "strong": 700,
                "x-strong": 1000}
 MAX_BREAK_MS = 10_000
+"""Longest single `<break>`."""
+DEFAULT_MAX_PAUSE_MS = 60_000
+"""All `<break>`s of one document together, unless the caller says otherwise (the default
+of `tts.max_pause_s`)."""
+MAX_DATE_DIGITS = 9
+"""A say-as date part longer than this is no date (and never an int() of thousands)."""
 TIME_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*$")
 
 
@@ -57,9 +75,16 @@ def parse_rate(value: str) -> float:
     x = float(m.group(2))
     if m.group(3):
         x = 1.0 + (x / 100 if m.group(1) != "-" else -x / 100) if m.group(1) else x / 100
-    if not 0.25 <= x <= 4.0:
-        raise ValueError(f"prosody rate {value!r} outside 25%..400%")
+    lo, hi = SPEED_RANGE
+    if not lo <= x <= hi:
+        raise ValueError(f"prosody rate {value!r} outside {lo:.0%}..{hi:.0%}")
     return x
+
+
+def clamp_rate(rate: float) -> float:
+    """A (multiplied) speaking rate kept within `SPEED_RANGE`."""
+    lo, hi = SPEED_RANGE
+    return min(max(rate, lo), hi)
 
 
 def parse_break(attrs: dict[str, str]) -> int:
@@ -78,9 +103,10 @@ def parse_break(attrs: dict[str, str]) -> int:
 
 
 def say_as_date(text: str, fmt: str) -> str:
-    nums = [int(x) for x in re.findall(r"\d+", text)]
+    found = re.findall(r"\d+", text)
+    nums = [int(x) for x in found] if all(len(x) <= MAX_DATE_DIGITS for x in found) else []
     order = (fmt or "mdy").lower()
-    if len(nums) == len(order) and set(order) <= set("ymd"):
+    if nums and len(nums) == len(order) and set(order) <= set("ymd"):
         parts = dict(zip(order, nums, strict=True))
         words = spoken_date(parts.get("m", 0), parts.get("d", 0), parts.get("y"))
         if words:
@@ -88,7 +114,16 @@ def say_as_date(text: str, fmt: str) -> str:
     return dates(text)
 
 
+def _word_digits(kind: str, ds: str) -> str:
+    if len(ds) > MAX_WORD_DIGITS:
+        raise ValueError(f"a {kind} of {len(ds)} digits is too long to read as words (at "
+                         f"most {MAX_WORD_DIGITS} digits); use interpret-as=\"digits\"")
+    return ds
+
+
 def say_as(kind: str, text: str, fmt: str) -> str:
+    """The words `text` is read as under `<say-as interpret-as=kind format=fmt>`; a
+    ValueError says why it cannot be."""
     text = text.strip()
     if kind == "digits":
         return digits(text)
@@ -102,15 +137,21 @@ def say_as(kind: str, text: str, fmt: str) -> str:
     if kind in ("characters", "spell-out"):
         return characters(text)
     if kind in ("cardinal", "number"):
-        return number(text) if re.fullmatch(r"-?[\d,]+(\.\d+)?", text) else text
+        if not re.fullmatch(r"-?[\d,]+(\.\d+)?", text):
+            return text
+        _word_digits(kind, decimal_digits(text.partition(".")[0]))
+        return number(text)
     if kind == "ordinal":
-        return ordinal(int(text)) if text.isdigit() else text
+        return ordinal_number(_word_digits(kind, text)) if text.isdecimal() else text
     return text
 
 
 class _Parser:
-    def __init__(self, language: str) -> None:
+    def __init__(self, language: str, max_pause_ms: int) -> None:
         self.language = language
+        self.max_pause_ms = max_pause_ms
+        self.pause_ms = 0
+        """The document's `<break>`s so far."""
         self.out: list[Segment] = []
         self.stack: list[_Frame] = []
         self.p = expat.ParserCreate()
@@ -151,9 +192,9 @@ class _Parser:
         frame = _Frame(tag, rate)
         try:
             if tag == "break":
-                self.out.append(Pause(parse_break(attrs)))
+                self._pause(parse_break(attrs))
             elif tag == "prosody":
-                frame.rate = rate * parse_rate(attrs.get("rate", "medium"))
+                frame.rate = clamp_rate(rate * parse_rate(attrs.get("rate", "medium")))
             elif tag == "say-as":
                 kind = attrs.get("interpret-as", "")
                 if kind not in INTERPRET_AS:
@@ -168,12 +209,22 @@ class _Parser:
             raise self.fail(str(exc)) from None
         self.stack.append(frame)
 
+    def _pause(self, ms: int) -> None:
+        self.pause_ms += ms
+        if self.pause_ms > self.max_pause_ms:
+            raise PausesTooLong(self.pause_ms, self.max_pause_ms, self.p.CurrentLineNumber,
+                                self.p.CurrentColumnNumber + 1)
+        self.out.append(Pause(ms))
+
     def _end(self, tag: str) -> None:
         frame = self.stack[-1]
         self._flush()
         self.stack.pop()
         if frame.say_as is not None:
-            words = say_as(frame.say_as, frame.text, frame.fmt)
+            try:
+                words = say_as(frame.say_as, frame.text, frame.fmt)
+            except (ValueError, ArithmeticError, LookupError) as exc:
+                raise self.fail(f"<say-as interpret-as=\"{frame.say_as}\">: {exc}") from None
             if words:
                 self.out.append(Speech(words, frame.rate))
         elif frame.alias is not None:
@@ -195,12 +246,24 @@ class _Parser:
             self.p.Parse(text, True)
         except expat.ExpatError as exc:
             raise BadSsml(expat.ErrorString(exc.code), exc.lineno, exc.offset + 1) from None
+        except TtsError:
+            raise
+        except UnicodeError as exc:  # e.g. a lone surrogate, which expat cannot encode
+            raise BadSsml(f"not encodable text ({exc.reason})", 1, 1) from None
+        except Exception as exc:  # a rule's bug must not become a 500: refuse the document
+            log.warning("ssml_failed", error=repr(exc)[:200], text_chars=len(text))
+            raise self.fail(f"cannot read this document ({type(exc).__name__})") from exc
         return self.out
 
 
-def parse_ssml(text: str, language: str = "en") -> list[Segment]:
-    """An SSML document to segments (normalized speech, phonemes, pauses)."""
-    return _Parser(language).parse(text)
+def parse_ssml(text: str, language: str = "en", *,
+               max_pause_ms: int = DEFAULT_MAX_PAUSE_MS) -> list[Segment]:
+    """An SSML document to segments (normalized speech, phonemes, pauses).
+
+    Raises only `TtsError`s: `BadSsml` (where and why), `PausesTooLong` when its
+    `<break>`s add up to more than `max_pause_ms`, `UnreadableText`."""
+    return _Parser(language, max_pause_ms).parse(text)
 
 
-__all__ = ["parse_ssml", "parse_rate", "parse_break", "say_as", "cardinal"]
+__all__ = ["DEFAULT_MAX_PAUSE_MS", "clamp_rate", "parse_ssml", "parse_rate", "parse_break",
+           "say_as", "cardinal"]

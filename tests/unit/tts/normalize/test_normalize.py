@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from cosyvoiced.tts.errors import TtsError, UnreadableText
 from cosyvoiced.tts.normalize import (
     Phonemes,
     Speech,
@@ -155,3 +158,42 @@ def test_language_registry_plugs_in_and_falls_back():
         from cosyvoiced.tts.normalize import _REGISTRY
 
         _REGISTRY.pop("xx")
+
+
+@pytest.mark.parametrize("written", [
+    "$" + "9" * 5000, "9" * 4500 + ".5", "1," + "000," * 1200 + "000", "9" * 400 + "%",
+    "9" * 400 + " kg", "9" * 4500 + "th", "the " + "9" * 40 + "th", "$" + "9" * 400 + ".99",
+    "4²", "x² + y²", "²nd", "call ²²²-555-1234",
+])
+def test_numbers_too_long_for_words_are_read_as_digits(written):
+    # regression: int() over Python's 4300-digit limit, num2words' OverflowError (over
+    # ~10^300) and int("²") escaped as ValueError/OverflowError: a 500
+    out = normalize_text(written)
+    assert out and not any(c.isdecimal() for c in out), out[:200]
+
+
+def test_a_long_number_with_separators_is_read_in_digit_groups():
+    assert normalize_text("1," + "000," * 12 + "000") == grouped_digits("1" + "000" * 13)
+    assert normalize_text("1,000,000") == "one million"  # short ones stay words
+
+
+def test_a_failing_normalizer_is_a_typed_error():
+    def broken(_text: str) -> str:
+        raise ValueError("boom")
+
+    register("zz", broken)
+    try:
+        with pytest.raises(UnreadableText) as err:
+            normalize_text("anything", "zz")
+        assert err.value.code == "unreadable_text" and isinstance(err.value, TtsError)
+    finally:
+        from cosyvoiced.tts.normalize import _REGISTRY
+
+        _REGISTRY.pop("zz")
+
+
+@settings(max_examples=300, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(alphabet=st.sampled_from("0123456789²³٣,.$€%-/: abcthndrsAPM#"), max_size=400))
+def test_random_numeric_text_normalizes(text):
+    normalize_text(text)  # never raises: every rule reads what it matches or leaves it

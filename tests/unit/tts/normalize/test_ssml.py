@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from cosyvoiced.tts.errors import BadSsml, TtsError
+from cosyvoiced.tts.errors import BadSsml, PausesTooLong, TtsError
 from cosyvoiced.tts.normalize.segments import Pause, Phonemes, Speech
-from cosyvoiced.tts.normalize.ssml import parse_rate, parse_ssml
+from cosyvoiced.tts.normalize.ssml import DEFAULT_MAX_PAUSE_MS, parse_rate, parse_ssml
+from cosyvoiced.tts.request import SPEED_RANGE
 
 
 def test_speak_plain_text_is_normalized():
@@ -99,3 +102,132 @@ def test_billion_laughs_refused():
            "<speak>&lol2;</speak>")
     with pytest.raises(BadSsml):
         parse_ssml(doc)
+
+
+# --- hostile documents: bounded, or refused with a typed error ---------------------------
+
+
+def test_nested_prosody_is_clamped_to_the_api_speed_range():
+    # regression: 8 levels of 25% multiplied to 1/65536 (65,536x durations: gigabytes of
+    # audio from one ONNX run)
+    slow = "<speak>" + '<prosody rate="25%">' * 8 + "x y" + "</prosody>" * 8 + "</speak>"
+    assert parse_ssml(slow) == [Speech("x y", SPEED_RANGE[0])]
+    fast = "<speak>" + '<prosody rate="400%">' * 8 + "[[ a ]]" + "</prosody>" * 8 + "</speak>"
+    assert parse_ssml(fast) == [Phonemes("a", SPEED_RANGE[1])]
+    inner = ('<speak><prosody rate="25%"><prosody rate="25%"><prosody rate="400%">a'
+             "</prosody></prosody></prosody></speak>")
+    assert parse_ssml(inner) == [Speech("a", 1.0)]  # clamped at each level, as it nests
+
+
+def test_breaks_add_up_to_a_cap_then_refuse():
+    # regression: a few kB of <break time="10s"/> added up to a 200 MB np.zeros
+    many = "<speak>a" + '<break time="10s"/>' * 400 + "b</speak>"
+    assert len(many) < 8000
+    with pytest.raises(PausesTooLong) as err:
+        parse_ssml(many)
+    assert err.value.code == "pauses_too_long" and isinstance(err.value, TtsError)
+    assert err.value.max_ms == DEFAULT_MAX_PAUSE_MS
+    assert "line 1" in str(err.value)
+    six = "<speak>a" + '<break time="10s"/>' * 6 + "b</speak>"  # exactly at the cap
+    assert sum(s.duration_ms for s in parse_ssml(six) if isinstance(s, Pause)) == 60_000
+    with pytest.raises(PausesTooLong):
+        parse_ssml(six, max_pause_ms=59_999)
+
+
+@pytest.mark.parametrize("kind", ["cardinal", "number", "ordinal", "currency", "date"])
+def test_say_as_with_thousands_of_digits_is_a_typed_error_or_words(kind):
+    # regression: int() of 5000 digits (over Python's 4300-digit limit) or num2words'
+    # OverflowError escaped as a ValueError: a 500
+    doc = f'<speak><say-as interpret-as="{kind}">{"9" * 5000}</say-as></speak>'
+    try:
+        segs = parse_ssml(doc)
+    except BadSsml as exc:
+        assert exc.code == "bad_ssml" and "digits" in str(exc)
+    else:
+        assert all(isinstance(s, Speech) and s.text for s in segs)
+
+
+def test_say_as_digits_reads_thousands_of_digits():
+    doc = f'<speak><say-as interpret-as="digits">{"7" * 5000}</say-as></speak>'
+    [seg] = parse_ssml(doc)
+    assert seg.text == " ".join(["seven"] * 5000)
+
+
+@pytest.mark.parametrize("kind", ["digits", "telephone", "characters", "spell-out", "ordinal",
+                                  "cardinal", "date", "currency"])
+@pytest.mark.parametrize("text", ["²", "4²", "³⁴", "12²3", "٣٤"])
+def test_say_as_with_non_ascii_digits_never_raises_untyped(kind, text):
+    # regression: "²".isdigit() is true but int("²") raises ValueError: a 500
+    doc = f'<speak>x <say-as interpret-as="{kind}">{text}</say-as></speak>'
+    try:
+        segs = parse_ssml(doc)
+    except TtsError:
+        return
+    assert segs[0] == Speech("x")
+
+
+def test_say_as_digits_skips_superscripts_and_reads_other_decimal_digits():
+    assert parse_ssml('<speak><say-as interpret-as="digits">4²٣</say-as></speak>') == [
+        Speech("four three")]
+
+
+_TAG = st.sampled_from(["speak", "break", "say-as", "prosody", "p", "s", "sub", "foo"])
+_ATTR = st.sampled_from(['', ' time="300ms"', ' time="10s"', ' time="99999999999999s"',
+                         ' strength="strong"', ' rate="25%"', ' rate="400%"', ' rate="-100%"',
+                         ' rate="1e9"', ' interpret-as="digits"', ' interpret-as="cardinal"',
+                         ' interpret-as="ordinal"', ' interpret-as="date"',
+                         ' interpret-as="currency"', ' interpret-as="telephone"',
+                         ' interpret-as="characters"', ' format="dmy"', ' alias="A B"',
+                         ' alias="[[ a ]]"'])
+_TEXT = st.one_of(st.text(max_size=12),
+                  st.sampled_from(["9" * 400, "1,000," * 40 + "5", "²", "$" + "9" * 500, "&amp;",
+                                   "&#0;", "&#xD800;", "[[", "]]", "3.5", "12/31/99999", "<",
+                                   "]]>", "<!--", "-->", "<![CDATA[x]]>"]))
+
+
+@st.composite
+def _tag_soup(draw: st.DrawFn) -> str:
+    """Tags, text and ends in any order: mostly malformed."""
+    parts = []
+    for _ in range(draw(st.integers(0, 12))):
+        kind = draw(st.integers(0, 3))
+        tag, attr = draw(_TAG), draw(_ATTR)
+        parts.append(draw(_TEXT) if kind == 0 else f"<{tag}{attr}>" if kind == 1
+                     else f"</{tag}>" if kind == 2 else f"<{tag}{attr}/>")
+    body = "".join(parts)
+    return f"<speak>{body}</speak>" if draw(st.booleans()) else body
+
+
+def _element(children: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
+    return st.tuples(_TAG, _ATTR, st.lists(children, max_size=3)).map(
+        lambda t: f"<{t[0]}{t[1]}>{''.join(t[2])}</{t[0]}>")
+
+
+_TREE = st.lists(st.recursive(_TEXT | _ATTR.map(lambda a: f"<break{a}/>"), _element,
+                              max_leaves=8), max_size=4).map(
+    lambda nodes: "<speak>" + "".join(nodes) + "</speak>")
+"""Well-formed documents of any tags, attributes and (hostile) text: they reach the
+rules (say-as, prosody, breaks, the normalizer), not just expat."""
+
+
+@settings(max_examples=500, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(_TREE, _tag_soup()))
+def test_random_markup_only_ever_raises_typed_errors(doc):
+    try:
+        segs = parse_ssml(doc)
+    except TtsError:
+        return
+    rates = [s.rate for s in segs if isinstance(s, Speech | Phonemes)]
+    assert all(SPEED_RANGE[0] <= r <= SPEED_RANGE[1] for r in rates)
+    assert sum(s.duration_ms for s in segs if isinstance(s, Pause)) <= DEFAULT_MAX_PAUSE_MS
+
+
+@settings(max_examples=200, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(max_size=300))
+def test_random_text_in_speak_only_ever_raises_typed_errors(text):
+    try:
+        parse_ssml(f"<speak>{text}</speak>")
+    except TtsError:
+        pass
