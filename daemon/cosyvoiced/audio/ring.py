@@ -40,10 +40,13 @@ cannot express: a port needs a tiny C helper for the two counter accesses.
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
+import secrets
+import weakref
 from dataclasses import dataclass
-from multiprocessing import shared_memory
+from multiprocessing import resource_tracker
 from typing import Literal
 
 import numpy as np
@@ -98,16 +101,47 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+# Python's mmap.mmap keeps a dup of the file descriptor for the life of the mapping
+# (`trackfd=False` only arrives in 3.13), and SharedMemory keeps its own fd too: 3 fds
+# per created ring, 1 per attached one. A mapping needs no fd, so map with libc directly
+# and close the fd at once. The segment is named in /dev/shm, so unlinking and attaching
+# by name need no fd either.
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]
+_libc.munmap.restype = ctypes.c_int
+_libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+
+
+def _shm_path(name: str) -> str:
+    return f"/dev/shm/{name.lstrip('/')}"
+
+
+def _map_fd(fd: int, size: int) -> ctypes.Array[ctypes.c_ubyte]:
+    """Map `size` bytes of `fd` shared; the caller may close `fd` right after.
+
+    The mapping is unmapped when the returned array is garbage collected, i.e. once no
+    memoryview or numpy view of it is left (so no live view can outlast the mapping)."""
+    addr = _libc.mmap(None, size, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED, fd, 0)
+    if addr is None or addr == _MAP_FAILED:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mmap: {os.strerror(err)}")
+    arr = (ctypes.c_ubyte * size).from_address(addr)
+    weakref.finalize(arr, _libc.munmap, addr, size)
+    return arr
+
+
 class Ring:
     """SPSC ring; build with `Ring.create(...)` or `Ring.attach(name)`."""
 
-    def __init__(self, buf: memoryview, name: str, owner: shared_memory.SharedMemory | None,
-                 mapping: mmap.mmap | None) -> None:
-        self._buf = buf
-        self._owner = owner
-        self._mapping = mapping
+    def __init__(self, mapping: ctypes.Array[ctypes.c_ubyte], name: str, created: bool) -> None:
+        self._mapping: ctypes.Array[ctypes.c_ubyte] | None = mapping
+        self._buf = memoryview(mapping).cast("B")
+        self._created = created
         self.name = name
-        self._h = buf[:_DATA_OFFSET].cast("Q")
+        self._h = self._buf[:_DATA_OFFSET].cast("Q")
         if self._h[_H_MAGIC] != _MAGIC or self._h[_H_VERSION] != _VERSION:
             self._release()
             raise RingError(f"shared memory {name!r} is not a cosyvoiced ring")
@@ -120,7 +154,7 @@ class Ring:
             self.capacity_frames, self.channels)
         nbytes = self.capacity_frames * self.channels * self.dtype.itemsize
         self._data: np.ndarray = np.frombuffer(
-            buf, dtype=self.dtype, count=nbytes // self.dtype.itemsize,
+            self._buf, dtype=self.dtype, count=nbytes // self.dtype.itemsize,
             offset=_DATA_OFFSET).reshape(shape)
         self._ndim = len(shape)
         self._drop = self.policy == "drop"
@@ -145,35 +179,52 @@ class Ring:
             raise RingError("ring capacity and channels must be >= 1")
         cap = _pow2_at_least(capacity_frames)
         size = _DATA_OFFSET + cap * channels * dt.itemsize
-        shm = shared_memory.SharedMemory(name=name, create=True, size=size)
-        h = shm.buf[:_DATA_OFFSET].cast("Q")
+        while True:
+            seg = name.lstrip("/") if name else f"cvr_{secrets.token_hex(6)}"
+            try:
+                fd = os.open(_shm_path(seg), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                if name:
+                    raise
+                continue
+            break
+        try:
+            os.ftruncate(fd, size)
+            mapping = _map_fd(fd, size)
+        except BaseException:
+            os.unlink(_shm_path(seg))
+            raise
+        finally:
+            os.close(fd)
+        # The same tracker entry SharedMemory makes: the segment goes if the creator dies.
+        resource_tracker.register(f"/{seg}", "shared_memory")
+        h = memoryview(mapping).cast("B")[:_DATA_OFFSET].cast("Q")
         h[_H_CAPACITY], h[_H_CHANNELS] = cap, channels
         h[_H_DTYPE], h[_H_POLICY] = _DTYPE_CODES[dt], _POLICY_CODES[policy]
         h[_H_DATA], h[_H_VERSION] = _DATA_OFFSET, _VERSION
         h[_H_MAGIC] = _MAGIC  # last: a reader seeing the magic sees the rest
         h.release()
-        return cls(shm.buf, shm.name, shm, None)
+        return cls(mapping, seg, True)
 
     @classmethod
     def attach(cls, name: str) -> Ring:
         """Map an existing ring by name (from any process; Linux /dev/shm).
 
-        Attaching maps the segment directly rather than through SharedMemory, whose
-        3.11 resource tracker would unlink the creator's segment when this process exits.
+        Attaching does not register with the resource tracker, which would unlink the
+        creator's segment when this process exits. No fd stays open once mapped.
         """
-        path = f"/dev/shm/{name.lstrip('/')}"
         try:
-            fd = os.open(path, os.O_RDWR)
+            fd = os.open(_shm_path(name), os.O_RDWR)
         except FileNotFoundError:
             raise RingError(f"no ring named {name!r}") from None
         try:
-            mapping = mmap.mmap(fd, os.fstat(fd).st_size)
+            size = os.fstat(fd).st_size
+            if size < _DATA_OFFSET:
+                raise RingError(f"shared memory {name!r} is not a cosyvoiced ring")
+            mapping = _map_fd(fd, size)
         finally:
             os.close(fd)
-        if len(mapping) < _DATA_OFFSET:
-            mapping.close()
-            raise RingError(f"shared memory {name!r} is not a cosyvoiced ring")
-        return cls(memoryview(mapping), name.lstrip("/"), None, mapping)
+        return cls(mapping, name.lstrip("/"), False)
 
     # -- producer side -------------------------------------------------------------------
 
@@ -285,25 +336,19 @@ class Ring:
 
     def close(self) -> None:
         """Unmap this process's view (the segment lives on until unlinked)."""
-        if self._mapping is None and self._owner is None:
+        if self._mapping is None:
             return
         self._data = np.empty(0, dtype=self.dtype)
-        self._release()
-        if self._owner is not None:
-            self._owner.close()
-        if self._mapping is not None:
-            self._mapping.close()
-        self._owner_closed = self._owner
-        self._owner = None
-        self._mapping = None
+        self._release()  # BufferError if a view of the data is still exported
+        self._mapping = None  # last reference: the finalizer unmaps now
 
     def unlink(self) -> None:
         """Creator: remove the segment name (mapped views stay valid until closed)."""
-        owner = self._owner or getattr(self, "_owner_closed", None)
-        if owner is None:
+        if not self._created:
             raise RingError(f"ring {self.name} was attached, not created: only its creator "
                             "unlinks it")
-        owner.unlink()
+        os.unlink(_shm_path(self.name))
+        resource_tracker.unregister(f"/{self.name}", "shared_memory")
 
     def __enter__(self) -> Ring:
         return self

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import time
 from collections import deque
 
@@ -237,3 +238,49 @@ def test_two_processes_every_sample_once_in_order(make_ring):
     assert got == total.value > 1_000_000
     s = ring.stats()
     assert s.written_frames == s.read_frames == got and s.overruns == 0
+
+
+def _open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _mapped(name: str) -> bool:
+    with open("/proc/self/maps") as f:
+        return any(line.rstrip().split("/")[-1].split(" ")[0] == name for line in f)
+
+
+def test_rings_keep_no_fd_open_once_mapped():
+    # 200 streams x 2 rings each must not cost 400 fds in the daemon (or its workers).
+    n = 40
+    before = _open_fds()
+    made = [Ring.create(64, dtype=np.int16, policy="refuse") for _ in range(n)]
+    attached = [Ring.attach(r.name) for r in made]
+    try:
+        assert _open_fds() - before < n // 4
+        for i, (ring, other) in enumerate(zip(made, attached, strict=True)):
+            assert ring.write(np.full(8, i, np.int16)) == 8
+            out = np.zeros(8, np.int16)
+            assert other.read_into(out) == 8 and (out == i).all()
+    finally:
+        for ring, other in zip(made, attached, strict=True):
+            other.close()
+            ring.close()
+            ring.unlink()
+    for ring in made:
+        assert not os.path.exists(f"/dev/shm/{ring.name}")
+        assert not _mapped(ring.name)
+        with pytest.raises(RingError, match="no ring"):
+            Ring.attach(ring.name)
+    assert _open_fds() - before < n // 4
+
+
+def test_closed_ring_frees_its_mapping_and_can_still_be_unlinked():
+    ring = Ring.create(64)
+    other = Ring.attach(ring.name)
+    assert _mapped(ring.name)
+    other.close()
+    ring.close()
+    assert not _mapped(ring.name)
+    assert os.path.exists(f"/dev/shm/{ring.name}")  # closing does not unlink
+    ring.unlink()
+    assert not os.path.exists(f"/dev/shm/{ring.name}")

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import math
+import os
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+
+FD_MARGIN = 1024
+"""Main-process fds that are not per stream: Python, listeners, worker pipes, journald."""
 
 
 def test_unit_verifies_without_any_output(repo_root, tmp_path):
@@ -53,3 +60,78 @@ def test_tmpfiles_creates_the_directories(repo_root, tmp_path):
     for d in ("run/cosyvoiced", "var/lib/cosyvoiced", "var/cache/cosyvoiced"):
         st = (tmp_path / d).stat()
         assert st.st_uid == 995 and oct(st.st_mode & 0o777) == "0o750", d
+
+
+def _unit_settings(repo_root: Path) -> dict[str, str]:
+    unit = (repo_root / "systemd" / "cosyvoiced.service").read_text()
+    return dict(line.split("=", 1) for line in unit.splitlines()
+                if "=" in line and not line.startswith("#"))
+
+
+def _fds_per_call(k: int) -> int:
+    """Open fds per AudioSocket call in this process, measured over `k` live calls.
+
+    A call holds its TCP socket, the clock's dup of it and its playout ring; a real pool
+    adds its capture ring and, while it speaks, a TTS ring (created here as the pool
+    does). The peers' own sockets are in this process too: the count errs high."""
+    from cosyvoiced.audio.ring import Ring
+    from cosyvoiced.config.schema import AudioSocketConfig
+    from cosyvoiced.listen.events import EventBus
+    from cosyvoiced.runtime.metrics import Metrics
+    from cosyvoiced.serve.audiosocket.server import AudioSocketServer
+    from cosyvoiced.serve.streams import Streams
+    from cosyvoiced.testing.audiosocket_peer import Peer
+    from cosyvoiced.workers.pool.pool import CAPTURE_RING_S, PLAYBACK_EXTRA_S
+    from tests.fakes.speech import FakeSpeech
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    async def main() -> int:
+        server = AudioSocketServer(FakeSpeech(), Streams(1000), EventBus(), Metrics(),
+                                   AudioSocketConfig(enabled=True, listen="127.0.0.1:0"))
+        await server.start()
+        port = int(server.bound.rsplit(":", 1)[1])
+        peers: list[Peer] = []
+        rings: list[Ring] = []
+        before = fds()
+        try:
+            for _ in range(k):
+                peer = Peer("127.0.0.1", port)
+                await peer.connect()
+                peers.append(peer)
+                rings.append(Ring.create(int(CAPTURE_RING_S * 16000), policy="drop"))
+                rings.append(Ring.create(int((1.0 + PLAYBACK_EXTRA_S) * 22050),
+                                         policy="refuse"))
+            for _ in range(100):
+                if len(server.calls) == k:
+                    break
+                await asyncio.sleep(0.05)
+            assert len(server.calls) == k
+            return fds() - before
+        finally:
+            for peer in peers:
+                await peer.hangup()
+                await peer.close()
+            await server.stop()
+            for ring in rings:
+                ring.close()
+                ring.unlink()
+
+    return math.ceil(asyncio.run(main()) / k)
+
+
+def test_unit_sets_the_fd_and_nice_limits(repo_root):
+    settings = _unit_settings(repo_root)
+    # systemd's default soft limit is 1024; 200 calls need more than that.
+    nofile = int(settings["LimitNOFILE"].split(":")[0])
+    streams = max(tomllib.loads(p.read_text()).get("workers", {}).get("max_streams", 64)
+                  for p in (repo_root / "configs").glob("*.toml"))
+    per_call = _fds_per_call(16)
+    assert 1 <= per_call <= 8, per_call  # rings keep no fd once mapped
+    assert nofile >= streams * per_call + FD_MARGIN, (nofile, streams, per_call)
+    # A spare worker starts at nice 19 and returns to 0 when it takes over a slot: lowering
+    # nice needs RLIMIT_NICE >= 20 - nice, i.e. LimitNICE=+0 (or raw 20..40).
+    nice = settings["LimitNICE"]
+    raw = 20 - int(nice) if nice[0] in "+-" else int(nice)
+    assert raw >= 20, nice

@@ -255,3 +255,57 @@ def test_call_clock_keeps_pace_while_the_event_loop_is_blocked():
         await peer.hangup()
         await server.stop()
     asyncio.run(main())
+
+
+class _ClosingSpeech(FakeSpeech):
+    """FakeSpeech whose listen streams record that they were closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed: list[object] = []
+
+    async def listen(self, rate_hz: int, stream_id: str):
+        lis = await super().listen(rate_hz, stream_id)
+        close = lis.close
+
+        async def closing():
+            self.closed.append(lis)
+            return await close()
+        lis.close = closing
+        return lis
+
+
+def test_call_that_cannot_be_built_releases_its_listen_stream(monkeypatch):
+    # e.g. EMFILE creating the call's playout ring: the listen stream (a worker slot and
+    # its ring) and the registry entry must not leak, and the next call is served.
+    from cosyvoiced.serve.audiosocket import server as server_module
+
+    real_call = server_module.Call
+    failures = [OSError(24, "Too many open files")]
+
+    def flaky_call(*args, **kwargs):
+        if failures:
+            raise failures.pop()
+        return real_call(*args, **kwargs)
+
+    monkeypatch.setattr(server_module, "Call", flaky_call)
+
+    async def main():
+        speech = _ClosingSpeech()
+        server = await _server(speech)
+        first = Peer("127.0.0.1", _port(server))
+        await first.connect()
+        assert await first.wait_closed(5)
+        assert first.call.hangup_at_s is not None  # hung up properly, not just dropped
+        assert speech.closed == speech.listens == speech.listens[:1]
+        assert len(server.streams) == 0 and not server.calls
+        await first.close()
+        second = Peer("127.0.0.1", _port(server))
+        await second.connect()
+        await asyncio.sleep(0.1)
+        assert str(second.call.call_id) in server.calls
+        await second.hangup()
+        await asyncio.sleep(0.1)
+        await server.stop()
+        assert len(speech.listens) == 2 and speech.closed == speech.listens
+    asyncio.run(main())

@@ -103,8 +103,18 @@ class AudioSocketServer:
             writer.close()
             return
         try:
-            call = Call(call_id, reader, writer, parser, self.speech, listening, self.config,
-                        self.bus, self.metrics)
+            try:
+                call = Call(call_id, reader, writer, parser, self.speech, listening,
+                            self.config, self.bus, self.metrics)
+            except Exception as exc:  # e.g. EMFILE creating its ring: release, hang up
+                log.warning("call_setup_failed", call_id=call_id, error=type(exc).__name__)
+                try:
+                    await listening.close()
+                finally:
+                    with contextlib.suppress(ConnectionError, RuntimeError):
+                        writer.write(Hangup().encode())
+                    writer.close()
+                return
             self.calls[call_id] = call
             self.clock.add(call)
             try:
