@@ -1,7 +1,8 @@
 """`cosyvoiced`: run the daemon, check a config, speak text without a daemon.
 
 Exit codes are decided here only: 0 ok, 1 runtime failure, 2 usage, 78 bad config
-(EX_CONFIG), 128+N after a forced stop by signal N.
+(EX_CONFIG: also a model the config names missing at start), 128+N after a forced stop
+by signal N.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     log = structlog.get_logger("cosyvoiced")
     try:
         return asyncio.run(Daemon(config, path, args.set).run())
+    except ConfigError as exc:  # a model the config names is missing: no restart loop
+        log.error("bad_config", config=path, errors=[str(p) for p in exc.problems])
+        return EX_CONFIG
     except Exception as exc:  # the daemon could not start or crashed: say why, exit 1
         log.exception("daemon_failed", error=str(exc), code=getattr(exc, "code", "internal"))
         return 1

@@ -18,7 +18,8 @@ from typing import Any
 import structlog
 
 from cosyvoiced import __version__
-from cosyvoiced.config import Config, ConfigError, changed_keys, load_config
+from cosyvoiced.config import Config, ConfigError, ConfigProblem, changed_keys, load_config
+from cosyvoiced.listen.asr import AsrError, bundled_model_dir
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.health import Health, Heartbeat
 from cosyvoiced.runtime.log import set_level
@@ -30,12 +31,16 @@ from cosyvoiced.serve.http.server import HttpServer
 from cosyvoiced.serve.speech import PoolSpeech, Speech
 from cosyvoiced.serve.streams import Streams
 from cosyvoiced.serve.wyoming.server import WyomingServer
+from cosyvoiced.tts.errors import TtsError
+from cosyvoiced.tts.voices import find_voice
 from cosyvoiced.workers.pool.pool import WorkerPool
 
 log = structlog.get_logger(__name__)
 
 LOOP_BEAT_S = 0.25
 STATUS_EVERY_S = 2.0
+WHISPER_FILES = ("model.bin", "config.json", "tokenizer.json")
+"""What `WhisperAsr` loads from a model directory."""
 
 
 class Daemon:
@@ -142,6 +147,14 @@ class Daemon:
             Path(d).mkdir(parents=True, exist_ok=True)
 
     async def _start_parts(self) -> None:
+        # A model missing is a config problem (exit 78), not a worker dying at start
+        # (exit 1, which systemd restarts in a loop): look before spawning any worker.
+        overridden = {o.partition("=")[0].strip() for o in self.overrides}
+        source = self.config_path or "defaults"
+        problems = [ConfigProblem("--set" if key in overridden else source, key, msg)
+                    for key, msg in model_problems(self.config)]
+        if problems:
+            raise ConfigError(problems)
         # Workers load and warm up (one synthesis, one VAD run each) before READY=1.
         self.pool = WorkerPool.from_config(self.config, health=self.health,
                                            publish=self.bus.publish)
@@ -274,6 +287,42 @@ class Daemon:
         log.info("reloaded", applied=live, needs_restart=restart)
         if restart:
             log.warning("restart_needed", keys=restart)
+
+
+def model_problems(config: Config) -> list[tuple[str, str]]:
+    """(key, one-line reason) for each model the workers would fail to load: the default
+    voice (`tts.voice`, in `tts.voices_dirs` or bundled) and, with ASR on, Whisper
+    (`asr.model_dir`, or the bundled model)."""
+    out: list[tuple[str, str]] = []
+    try:
+        voice = find_voice(config.tts.voice, config.tts.voices_dirs)
+    except TtsError as exc:
+        out.append(("tts.voice", str(exc)))
+    else:
+        bad = [why for why in map(_unreadable, (voice.model_path, voice.config_path)) if why]
+        if bad:
+            out.append(("tts.voice", f"voice {voice.name!r} cannot be read: {bad[0]}"))
+    if config.asr.enabled:
+        try:
+            model_dir = Path(config.asr.model_dir) if config.asr.model_dir else bundled_model_dir()
+        except AsrError as exc:
+            out.append(("asr.model_dir", str(exc)))
+        else:
+            bad = [why for why in (_unreadable(model_dir / n) for n in WHISPER_FILES) if why]
+            if bad:
+                out.append(("asr.model_dir", f"no Whisper model in {str(model_dir)!r}: "
+                                             + "; ".join(bad)))
+    return out
+
+
+def _unreadable(path: Path) -> str | None:
+    """Why `path` cannot be read as a file, or None."""
+    try:
+        with open(path, "rb") as f:
+            f.read(1)
+    except OSError as exc:
+        return f"{path.name}: {exc.strerror or exc}"
+    return None
 
 
 def _merge_live(old: Config, new: Config) -> Config:

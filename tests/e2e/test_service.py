@@ -9,6 +9,8 @@ import time
 import urllib.error
 import urllib.request
 
+import pytest
+
 from cosyvoiced.runtime.notify import monotonic_usec
 
 
@@ -113,6 +115,30 @@ def test_bad_config_at_start_exits_78(daemon_factory):
     assert d.wait(60) == 78
     errors = [e for e in d.log_events() if e.get("event") == "bad_config"]
     assert errors and "workers.onnx_threads" in errors[0]["errors"][0]
+    assert d.notify.messages == []
+
+
+@pytest.mark.parametrize("key,value", [
+    ("asr.model_dir", "EMPTY"),  # the directory is there, the model in it is not
+    ("asr.model_dir", "/no/such/whisper"),
+    ("tts.voice", "no_such_voice"),
+    ("tts.voices_dirs", "/no/such/voices"),
+])
+def test_missing_model_at_start_exits_78_with_one_line(daemon_factory, tmp_path, key, value):
+    # regression: a missing model made the workers die at start, exit 1, and systemd
+    # restarted the daemon in a loop (it does not restart on 78)
+    if value == "EMPTY":
+        value = str(tmp_path / "empty")
+        (tmp_path / "empty").mkdir()
+    shown = json.dumps([value] if key == "tts.voices_dirs" else value)
+    d = daemon_factory(overrides=(f"{key}={shown}",)).start()
+    assert d.wait(60) == 78
+    events = d.log_events()
+    errors = [e for e in events if e.get("event") == "bad_config"]
+    assert len(errors) == 1 and len(errors[0]["errors"]) == 1, events
+    (line,) = errors[0]["errors"]
+    assert key in line and value in line and "\n" not in line
+    assert not [e for e in events if e.get("event") in ("worker_starting", "daemon_failed")]
     assert d.notify.messages == []
 
 

@@ -7,6 +7,7 @@ path, bad value and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import tomllib
@@ -23,6 +24,9 @@ from cosyvoiced.config.schema import Config
 from cosyvoiced.errors import CosyvoicedError
 
 DEFAULT_CONFIG_PATH = "/etc/cosyvoiced/cosyvoiced.toml"
+SECRET_KEYS = ("api.token",)
+"""Keys `dump_config` never prints (`check-config` output ends up in tickets and chats)."""
+REDACTED = "<redacted>"
 
 
 @dataclass(frozen=True)
@@ -79,9 +83,15 @@ def load_config(path: str | os.PathLike[str] | None, overrides: typing.Sequence[
     return config
 
 
-def dump_config(config: Config) -> str:
-    """The effective config as TOML (what `check-config` prints)."""
-    return tomli_w.dumps(_to_plain(config))
+def dump_config(config: Config, *, redact: bool = True) -> str:
+    """The effective config as TOML (what `check-config` prints); a secret that is set
+    (`SECRET_KEYS`) is shown as `REDACTED` unless `redact` is false."""
+    plain = _to_plain(config)
+    for key in SECRET_KEYS if redact else ():
+        section, name = key.split(".")
+        if plain[section][name]:
+            plain[section][name] = REDACTED
+    return tomli_w.dumps(plain)
 
 
 def changed_keys(old: Config, new: Config) -> list[tuple[str, bool]]:
@@ -238,6 +248,10 @@ def _check_meta(f: dataclasses.Field[Any], value: Any, path: str, where: _Where,
                 problems: list[ConfigProblem]) -> bool:
     lo, hi, exist = f.metadata.get("min"), f.metadata.get("max"), f.metadata.get("must_exist")
     if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, float) and not math.isfinite(value):  # nan passes any range
+            allowed = f"allowed {lo} to {hi}" if (lo, hi) != (None, None) else "expected a number"
+            problems.append(where.problem(path, f"{value!r} is not a finite number; {allowed}"))
+            return False
         if (lo is not None and value < lo) or (hi is not None and value > hi):
             problems.append(where.problem(path, f"{value!r} is out of range; allowed {lo} to {hi}"))
             return False

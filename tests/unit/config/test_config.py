@@ -178,3 +178,31 @@ def test_checks_return_key_and_message():
                      vad=VadConfig(threshold=0.3, neg_threshold=0.4))
     assert [key for key, _ in config_problems(config)] == ["api.token", "api.listen[1]",
                                                            "vad.neg_threshold"]
+
+
+@pytest.mark.parametrize("raw", ["nan", "+nan", "-nan", "inf", "+inf", "-inf"])
+def test_non_finite_numbers_are_refused(tmp_path, raw):
+    # nan compares false with both bounds, so a range check alone lets it through
+    (msg,) = _problems(f"[service]\n\nhealth_stall_s = {raw}\n", tmp_path)
+    assert msg.startswith(f"{tmp_path / 'c.toml'}:3: service.health_stall_s: ")
+    assert "not a finite number" in msg and "allowed 0.1 to 600.0" in msg
+    (msg,) = _problems("", tmp_path, (f"vad.threshold={raw}",))
+    assert msg.startswith("--set: vad.threshold: ") and "allowed 0.0 to 1.0" in msg
+
+
+def test_check_config_redacts_the_token(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('[api]\nlisten = ["tcp://0.0.0.0:8080"]\ntoken = "s3cret-t0ken"\n')
+    res = subprocess.run([str(BIN / "cosyvoiced"), "check-config", str(path)],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "s3cret-t0ken" not in res.stdout + res.stderr
+    assert tomllib.loads(res.stdout)["api"]["token"] == "<redacted>"
+    res = subprocess.run([str(BIN / "cosyvoiced"), "check-config", str(path),
+                          "--set", "api.token=0ther-t0ken"], capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 0 and "0ther-t0ken" not in res.stdout
+    config = load_config(path)
+    assert config.api.token == "s3cret-t0ken"  # the loaded config keeps it
+    assert "s3cret-t0ken" not in dump_config(config)
+    assert tomllib.loads(dump_config(Config()))["api"]["token"] == ""  # none set: shown empty

@@ -231,7 +231,8 @@ class Call:
         elif isinstance(frame, Dtmf):
             at_ms = int((time.monotonic() - self.started_s) * 1000)
             self.bus.publish(DtmfPressed(frame.digit, at_ms, stream=self.id))
-            log.info("dtmf", call_id=self.id, digit=frame.digit)
+            log.info("dtmf", call_id=self.id, at_ms=at_ms)  # the digit only at debug (PINs)
+            log.debug("dtmf_digit", call_id=self.id, at_ms=at_ms, digit=frame.digit)
         elif isinstance(frame, Hangup):
             self.end("hangup")
             return False

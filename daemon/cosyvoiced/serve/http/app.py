@@ -79,7 +79,8 @@ def bearer_auth(token: str) -> Any:
         over_tcp = isinstance(request.transport.get_extra_info("sockname"), tuple) \
             if request.transport else False
         if over_tcp and request.path not in OPEN_PATHS:
-            got = request.headers.get("Authorization", "").encode()
+            # back to the bytes sent: a header that is not UTF-8 arrives with surrogates
+            got = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(got, expected):
                 return error_response(status_of("unauthorized"), "unauthorized",
                                       "send Authorization: Bearer <api.token>")

@@ -46,8 +46,10 @@ def normalize_text(text: str, language: str = "en") -> str:
     except TtsError:
         raise
     except Exception as exc:  # a rule's bug must not become a 500
-        log.warning("normalize_failed", language=family, error=repr(exc)[:200],
+        # the message may quote the input: its type only above debug
+        log.warning("normalize_failed", language=family, error=type(exc).__name__,
                     text_chars=len(text))
+        log.debug("normalize_failed_detail", error=repr(exc)[:200])
         raise UnreadableText(f"the {family} text normalizer could not read this text "
                              f"({type(exc).__name__})") from exc
 

@@ -251,7 +251,9 @@ class _Parser:
         except UnicodeError as exc:  # e.g. a lone surrogate, which expat cannot encode
             raise BadSsml(f"not encodable text ({exc.reason})", 1, 1) from None
         except Exception as exc:  # a rule's bug must not become a 500: refuse the document
-            log.warning("ssml_failed", error=repr(exc)[:200], text_chars=len(text))
+            # the message may quote the input: its type only above debug
+            log.warning("ssml_failed", error=type(exc).__name__, text_chars=len(text))
+            log.debug("ssml_failed_detail", error=repr(exc)[:200])
             raise self.fail(f"cannot read this document ({type(exc).__name__})") from exc
         return self.out
 

@@ -160,7 +160,9 @@ class WorkerListening:
         if isinstance(result, Transcript):
             log.info("transcript", stream=stream_id, start_ms=result.start_ms,
                      end_ms=result.end_ms, latency_ms=result.latency_ms, rtf=result.rtf,
-                     text=result.text)
+                     chars=len(result.text))  # what was said only at debug
+            log.debug("transcript_text", stream=stream_id, start_ms=result.start_ms,
+                      text=result.text)
             self.send(m.ListenEvent(stream_id, result))
         else:
             code = getattr(result, "code", "asr_error")
