@@ -8,12 +8,22 @@ graph saved after layout optimizations (ORT_ENABLE_ALL, the NCHWc transformer) m
 hardware-specific nodes usable only on the machine that made it, so the portable level is
 saved and the layout pass is applied online at load time (it is cheap). The cache key is
 the model file's SHA-256, the onnxruntime version and the saved optimization level.
+
+With `shared_weights`, the session is built from a second cache entry: that graph fully
+optimized (ORT_ENABLE_ALL, the layout pass included, exactly what the normal path builds
+online) and saved in ORT format, keyed by this CPU's feature flags too (it is specific to
+the machine). ORT memory-maps that file and its initializers point into the mapping, so
+every process loading it shares one copy of the weights through the page cache instead of
+holding its own (docs/performance.md, memory). When that entry cannot be built or
+loaded, the normal path is used (logged).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import platform
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,6 +94,32 @@ def cache_path_for(model_path: str | os.PathLike[str], cache_dir: str | os.PathL
     return Path(cache_dir) / "onnx" / f"{Path(model_path).stem}-{key}.onnx"
 
 
+@functools.cache
+def cpu_fingerprint() -> str:
+    """Short hash of this CPU's feature flags (a fully optimized graph depends on them)."""
+    flags = platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags += " " + " ".join(sorted(line.split(":", 1)[1].split()))
+                    break
+    except OSError:
+        pass
+    return hashlib.sha256(flags.encode()).hexdigest()[:12]
+
+
+def shared_path_for(model_path: str | os.PathLike[str], cache_dir: str | os.PathLike[str],
+                    rewrite: GraphRewrite | None = None, threads: int = 1) -> Path:
+    """Where the fully optimized ORT-format copy of `model_path` lives in `cache_dir`."""
+    return _shared_beside(cache_path_for(model_path, cache_dir, rewrite), threads)
+
+
+def _shared_beside(cached: Path, threads: int) -> Path:
+    head, _, tail = cached.stem.rpartition(f"-{CACHED_LEVEL}")
+    return cached.with_name(f"{head}-all-cpu{cpu_fingerprint()}-t{threads}{tail}.ort")
+
+
 def _rewritten(model_path: str, rewrite: GraphRewrite | None) -> str | bytes:
     """The model with `rewrite` applied (serialized), or its path if it does not apply."""
     if rewrite is None:
@@ -143,10 +179,48 @@ def _write_cache(ort: Any, model: str | bytes, cached: Path, threads: int, inter
             os.unlink(tmp)
 
 
+def _write_shared(ort: Any, source: str, target: Path, threads: int, inter: int) -> bool:
+    """Optimize `source` (the portable cache entry) as the normal path would at load time
+    and save it in ORT format, atomically, to `target`."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp.ort")
+        os.close(fd)
+    except OSError as exc:
+        log.warning("onnx_cache_unwritable", path=str(target.parent), error=str(exc))
+        return False
+    try:
+        opts = _options(ort, threads, inter)
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.add_session_config_entry("session.save_model_format", "ORT")
+        opts.optimized_model_filepath = tmp
+        _session(ort, source, opts)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+        return True
+    except (OSError, OnnxError) as exc:
+        log.warning("onnx_shared_write_failed", path=str(target), error=str(exc))
+        return False
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _shared_session(ort: Any, path: Path, threads: int, inter: int,
+                    spin: bool) -> ort.InferenceSession:
+    """A session whose initializers point into a memory map of the ORT-format `path`."""
+    opts = _options(ort, threads, inter, spin)
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    for key in ("session.use_memory_mapped_ort_model", "session.use_ort_model_bytes_directly",
+                "session.use_ort_model_bytes_for_initializers"):
+        opts.add_session_config_entry(key, "1")
+    opts.add_session_config_entry("session.load_model_format", "ORT")
+    return _session(ort, str(path), opts)
+
+
 def create_session(model_path: str | os.PathLike[str] | bytes, *, threads: int = 1,
                    inter_threads: int = 1, cache_dir: str | os.PathLike[str] | None = None,
-                   spin: bool = False, rewrite: GraphRewrite | None = None
-                   ) -> ort.InferenceSession:
+                   spin: bool = False, rewrite: GraphRewrite | None = None,
+                   shared_weights: bool = False) -> ort.InferenceSession:
     """A CPU session for `model_path` with `threads` intra-op threads.
 
     With `cache_dir`, the optimized graph is saved there on first use and loaded from
@@ -154,6 +228,9 @@ def create_session(model_path: str | os.PathLike[str] | bytes, *, threads: int =
     `spin`: let idle intra-op threads busy-wait (off by default: workers share cores).
     `rewrite`: applied to a file model first, where it applies (cached with it).
     `model_path` may also be a serialized model (bytes, built in memory: never cached).
+    `shared_weights` (with `cache_dir`): load the weights from a memory-mapped ORT-format
+    cache entry shared by every process on the box (see the module doc); falls back to the
+    normal path when that fails.
     """
     ort = import_ort()
     if threads < 1 or inter_threads < 1:
@@ -173,6 +250,18 @@ def create_session(model_path: str | os.PathLike[str] | bytes, *, threads: int =
                                             inter_threads):
             source = str(cached)
         log.debug("onnx_session_source", model=model, source=source)
+        if shared_weights and source != model:
+            shared = _shared_beside(cached, threads)
+            if shared.is_file() or _write_shared(ort, source, shared, threads, inter_threads):
+                try:
+                    session = _shared_session(ort, shared, threads, inter_threads, spin)
+                except OnnxError as exc:
+                    log.warning("onnx_shared_load_failed", path=str(shared), error=str(exc))
+                    shared.unlink(missing_ok=True)
+                else:
+                    log.info("onnx_weights_shared", model=model, path=str(shared))
+                    return session
+            log.info("onnx_weights_private", model=model)
     if source == model:
         source = _rewritten(model, rewrite)
     opts = _options(ort, threads, inter_threads, spin)

@@ -183,14 +183,16 @@ def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
             raise NoInt8Variant(f"no INT8 variant of {files.name!r} passed the quality gate "
                                 f"in {state_dir}; run `python -m tools.quantize` on the voice first")
     rewrite = decoder_rewrite(threads)
-    try:
-        session = create_session(model, threads=threads, cache_dir=cache_dir, rewrite=rewrite)
+    try:  # weights memory-mapped from the cache: one copy per box, not per worker
+        session = create_session(model, threads=threads, cache_dir=cache_dir, rewrite=rewrite,
+                                 shared_weights=True)
     except OnnxError:
         if chosen == "fp32":
             raise
         log.warning("int8_variant_unloadable", voice=files.name, path=str(model))
         session, chosen = create_session(files.model_path, threads=threads,
-                                         cache_dir=cache_dir, rewrite=rewrite), "fp32"
+                                         cache_dir=cache_dir, rewrite=rewrite,
+                                         shared_weights=True), "fp32"
     language = str(raw.get("language", {}).get("code") or config.espeak_voice)
     log.info("voice_loaded", voice=files.name, precision=chosen, threads=threads)
     return Voice(files.name, config, session, chosen, language)
