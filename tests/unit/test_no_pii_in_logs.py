@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import ast
 import asyncio
-import io
 import json
 import re
-import wave
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -39,6 +36,7 @@ from cosyvoiced.workers.worker.listeners import WorkerListening
 from cosyvoiced.workers.worker.utterances import MelPool
 from cosyvoiced.workers.worker.vad_tick import VadTicker
 from tests.fakes.asr import FakeDecoder
+from tests.fakes.daemon import FakeDaemon, wav_bytes
 from tests.fakes.ring import ListRing
 from tests.fakes.speech import FakeListening, FakeSpeech
 from tests.fakes.vad import FakeBatch
@@ -111,39 +109,12 @@ class _SecretSpeech(FakeSpeech):
         return lis
 
 
-@dataclass
-class _Daemon:
-    speech: FakeSpeech = field(default_factory=_SecretSpeech)
-    streams: Streams = field(default_factory=lambda: Streams(100))
-    metrics: Metrics = field(default_factory=Metrics)
-    bus: EventBus = field(default_factory=EventBus)
-    audiosocket: object = None
-    ready: bool = True
-    debug: bool = False
-
-    def status(self) -> dict[str, Any]:
-        return {"state": "ready"}
-
-    def healthy(self) -> tuple[bool, list[str]]:
-        return True, []
-
-
-def _wav(samples: np.ndarray, rate: int) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(samples.astype("<i2").tobytes())
-    return buf.getvalue()
-
-
 def test_http_speech_and_transcripts_stay_out_of_the_info_log():
     audio = np.zeros(8000, dtype=np.int16)
     audio[2000:4000] = 12000
 
     async def main() -> dict[str, Any]:
-        server = TestServer(make_app(_Daemon()))
+        server = TestServer(make_app(FakeDaemon(speech=_SecretSpeech())))
         await server.start_server()
         try:
             async with ClientSession(base_url=str(server.make_url(""))) as http:
@@ -155,7 +126,7 @@ def test_http_speech_and_transcripts_stay_out_of_the_info_log():
                     await r.read()
                 async with http.post("/v1/tts", json={"text": SECRET * 400}) as r:
                     assert r.status == 413  # an error names the length, not the text
-                async with http.post("/v1/transcribe", data=_wav(audio, 8000),
+                async with http.post("/v1/transcribe", data=wav_bytes(audio, 8000),
                                      headers={"Content-Type": "audio/wav"}) as r:
                     assert r.status == 200
                     return await r.json()
@@ -181,7 +152,7 @@ def test_dtmf_digits_and_text_spoken_into_a_call_stay_out_of_the_info_log():
         for digit in DIGITS:
             await peer.dtmf(digit)
             pressed.append((await asyncio.wait_for(sub.get(), 5)).digit)
-        server_app = TestServer(make_app(_Daemon(speech=FakeSpeech(), audiosocket=server)))
+        server_app = TestServer(make_app(FakeDaemon(speech=FakeSpeech(), audiosocket=server)))
         await server_app.start_server()
         try:
             async with ClientSession(base_url=str(server_app.make_url(""))) as http:

@@ -154,55 +154,53 @@ def _session(ort: Any, model: str | bytes, opts: Any) -> ort.InferenceSession:
         raise OnnxError(f"cannot load ONNX model {name}: {exc}", code="onnx_load") from exc
 
 
-def _write_cache(ort: Any, model: str | bytes, cached: Path, threads: int, inter: int) -> bool:
-    """Optimize `model` at the portable level and save it atomically to `cached`."""
+def write_cache_file(path: Path, write: Callable[[str], object], *, what: str) -> bool:
+    """Have `write(tmp)` write a file beside `path`, then move it into place atomically.
+
+    False (logged as `{what}_cache_unwritable` / `{what}_cache_write_failed`) when the
+    cache cannot be written: callers then go on without it."""
     try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=cached.parent, suffix=".onnx.tmp")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=f"{path.suffix}.tmp")
         os.close(fd)
     except OSError as exc:
-        log.warning("onnx_cache_unwritable", path=str(cached.parent), error=str(exc))
+        log.warning(f"{what}_cache_unwritable", path=str(path.parent), error=str(exc))
         return False
     try:
-        opts = _options(ort, threads, inter)
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
-        opts.optimized_model_filepath = tmp
-        _session(ort, model, opts)
+        write(tmp)
         os.chmod(tmp, 0o644)
-        os.replace(tmp, cached)
+        os.replace(tmp, path)
         return True
-    except OSError as exc:
-        log.warning("onnx_cache_write_failed", path=str(cached), error=str(exc))
+    except (OSError, OnnxError) as exc:
+        log.warning(f"{what}_cache_write_failed", path=str(path), error=str(exc))
         return False
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _write_cache(ort: Any, model: str | bytes, cached: Path, threads: int, inter: int) -> bool:
+    """Optimize `model` at the portable level and save it atomically to `cached`."""
+    def write(tmp: str) -> None:
+        opts = _options(ort, threads, inter)
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+        opts.optimized_model_filepath = tmp
+        _session(ort, model, opts)
+
+    return write_cache_file(cached, write, what="onnx")
 
 
 def _write_shared(ort: Any, source: str, target: Path, threads: int, inter: int) -> bool:
     """Optimize `source` (the portable cache entry) as the normal path would at load time
     and save it in ORT format, atomically, to `target`."""
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp.ort")
-        os.close(fd)
-    except OSError as exc:
-        log.warning("onnx_cache_unwritable", path=str(target.parent), error=str(exc))
-        return False
-    try:
+    def write(tmp: str) -> None:
         opts = _options(ort, threads, inter)
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.add_session_config_entry("session.save_model_format", "ORT")
         opts.optimized_model_filepath = tmp
         _session(ort, source, opts)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-        return True
-    except (OSError, OnnxError) as exc:
-        log.warning("onnx_shared_write_failed", path=str(target), error=str(exc))
-        return False
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+
+    return write_cache_file(target, write, what="onnx_shared")
 
 
 def _shared_session(ort: Any, path: Path, threads: int, inter: int,

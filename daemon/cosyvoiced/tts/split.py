@@ -15,7 +15,6 @@ cached beside the optimized ones, the decoder with the voice's 2-D rewrite).
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from cosyvoiced.runtime.onnx import create_session, file_sha256, run
+from cosyvoiced.runtime.onnx import create_session, file_sha256, run, write_cache_file
 from cosyvoiced.tts.graph import DECODER, decoder_rewrite
 from cosyvoiced.tts.receptive import ReceptiveField, receptive_field
 
@@ -170,24 +169,7 @@ def _save(model: Any, path: Path) -> bool:
     """Write `model` to `path` atomically; False (logged) if the cache is unwritable."""
     import onnx
 
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".onnx.tmp")
-        os.close(fd)
-    except OSError as exc:
-        log.warning("tts_split_cache_unwritable", path=str(path.parent), error=str(exc))
-        return False
-    try:
-        onnx.save_model(model, tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-        return True
-    except OSError as exc:
-        log.warning("tts_split_cache_write_failed", path=str(path), error=str(exc))
-        return False
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    return write_cache_file(path, lambda tmp: onnx.save_model(model, tmp), what="tts_split")
 
 
 def split_paths(model_path: str | os.PathLike[str], cache_dir: str | os.PathLike[str]

@@ -169,7 +169,7 @@ def test_calls_api_say_and_stop():
     from aiohttp.test_utils import TestServer
 
     from cosyvoiced.serve.http.app import make_app
-    from tests.unit.serve.test_http_api import FakeDaemon
+    from tests.fakes.daemon import FakeDaemon
 
     async def main():
         server = await _server()

@@ -22,8 +22,8 @@ from cosyvoiced.serve.devices import Devices, DeviceUnavailable, UnknownDevice, 
 from cosyvoiced.serve.http.app import make_app
 from cosyvoiced.serve.streams import Streams
 from cosyvoiced.tts.request import SynthesisOptions
+from tests.fakes.daemon import FakeDaemon
 from tests.fakes.speech import FakeSpeech
-from tests.unit.serve.test_http_api import FakeDaemon
 
 WORD_FRAMES = 2205  # FakeSynthesis: 0.1 s of 0.25 per word at 22050 Hz
 

@@ -7,8 +7,6 @@ import contextlib
 import io
 import json
 import struct
-import wave
-from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
@@ -17,28 +15,11 @@ from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cosyvoiced.listen.events import EventBus, Transcript
-from cosyvoiced.runtime.metrics import Metrics
+from cosyvoiced.listen.events import Transcript
 from cosyvoiced.serve.http.app import make_app
 from cosyvoiced.serve.streams import Streams
+from tests.fakes.daemon import FakeDaemon, wav_bytes
 from tests.fakes.speech import FakeListening, FakeSpeech
-
-
-@dataclass
-class FakeDaemon:
-    speech: FakeSpeech = field(default_factory=FakeSpeech)
-    streams: Streams = field(default_factory=lambda: Streams(100))
-    metrics: Metrics = field(default_factory=Metrics)
-    bus: EventBus = field(default_factory=EventBus)
-    audiosocket: object = None
-    ready: bool = True
-    debug: bool = False
-
-    def status(self):
-        return {"state": "ready"}
-
-    def healthy(self):
-        return True, []
 
 
 def run(coro_fn, daemon: FakeDaemon | None = None):
@@ -204,22 +185,12 @@ def test_voices_and_streams():
     run(go)
 
 
-def _wav(samples: np.ndarray, rate: int) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(samples.astype("<i2").tobytes())
-    return buf.getvalue()
-
-
 def test_transcribe_wav_and_raw_pcm():
     audio = np.zeros(8000, dtype=np.int16)
     audio[2000:4000] = 12000
 
     async def go(http, daemon):
-        async with http.post("/v1/transcribe", data=_wav(audio, 8000),
+        async with http.post("/v1/transcribe", data=wav_bytes(audio, 8000),
                              headers={"Content-Type": "audio/wav"}) as r:
             out = await r.json()
             assert r.status == 200, out
@@ -232,7 +203,7 @@ def test_transcribe_wav_and_raw_pcm():
                                   (b"RIFFjunk", "audio/wav", "bad_wav"),
                                   (b"\x00\x00\x00", "application/octet-stream", "bad_audio"),
                                   (b"\x00\x00", "text/plain", "unsupported_media_type"),
-                                  (_wav(audio, 11025), "audio/wav", "unsupported_rate")]:
+                                  (wav_bytes(audio, 11025), "audio/wav", "unsupported_rate")]:
             async with http.post("/v1/transcribe", data=data,
                                  headers={"Content-Type": ctype}) as r:
                 assert r.status in (400, 415)

@@ -4,41 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
-from cosyvoiced.listen.events import EventBus
-from cosyvoiced.runtime.metrics import Metrics
 from cosyvoiced.serve.http.app import make_app
-from cosyvoiced.serve.streams import Streams
-from tests.fakes.speech import FakeSpeech
-
-
-@dataclass
-class _Daemon:
-    speech: FakeSpeech = field(default_factory=FakeSpeech)
-    streams: Streams = field(default_factory=lambda: Streams(100))
-    metrics: Metrics = field(default_factory=Metrics)
-    bus: EventBus = field(default_factory=EventBus)
-    audiosocket: object = None
-    ready: bool = True
-    debug: bool = False
-
-    def status(self) -> dict[str, Any]:
-        return {"state": "ready"}
-
-    def healthy(self) -> tuple[bool, list[str]]:
-        return True, []
+from tests.fakes.daemon import FakeDaemon
 
 
 @pytest.mark.parametrize("header", ["Bearer é", "Bearer s3cr€t", "é", "Bearer s3cret\u00e9"])
 def test_non_ascii_authorization_is_401(header):
     async def main() -> tuple[int, dict[str, Any], int]:
-        server = TestServer(make_app(_Daemon(), token="s3cret"))
+        server = TestServer(make_app(FakeDaemon(), token="s3cret"))
         await server.start_server()
         try:
             async with ClientSession(base_url=str(server.make_url(""))) as http:
@@ -59,7 +38,7 @@ def test_non_ascii_authorization_is_401(header):
 def test_raw_non_utf8_authorization_bytes_are_401(raw):
     """Bytes a client library would not send (Latin-1, invalid UTF-8), over a bare socket."""
     async def main() -> bytes:
-        server = TestServer(make_app(_Daemon(), token="s3cret"))
+        server = TestServer(make_app(FakeDaemon(), token="s3cret"))
         await server.start_server()
         try:
             reader, writer = await asyncio.open_connection(server.host, server.port)
