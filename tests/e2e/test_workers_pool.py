@@ -47,15 +47,22 @@ def test_each_worker_and_each_of_its_threads_is_pinned_to_its_cpus(pool_runner):
 
 def test_onnx_threads_per_worker_match_the_config(pool_runner, onnx_cache):
     # 1 thread per session: no intra-op pool threads. 2 threads: one extra per session
-    # (the TTS voice and the VAD's flat graphs for 8 and 16 kHz), all pinned to the
-    # worker's two CPUs.
+    # (the TTS voice's split graphs and the VAD's flat graphs for 8 and 16 kHz), all
+    # pinned to the worker's two CPUs.
+    import onnxruntime as ort
+
+    from cosyvoiced.tts.voices import bundled_voice, load_voice
+
+    split = load_voice(bundled_voice(), precision="fp32", cache_dir=onnx_cache).split
+    assert split is not None
+    voice_sessions = sum(isinstance(x, ort.InferenceSession) for x in vars(split).values())
     one = {len(threads_of(s.proc.pid)) for s in pool_runner.pool.slots}
     assert len(one) == 1
     runner = make_runner(onnx_cache, count=1, onnx_threads=2, spare=False)
     try:
         slot = runner.pool.slots[0]
         tids = threads_of(slot.proc.pid)
-        assert len(tids) == one.pop() + 3
+        assert len(tids) == one.pop() + voice_sessions + 2
         assert all(proc_cpus(slot.proc.pid, t) == "0-1" for t in tids)
     finally:
         runner.close()

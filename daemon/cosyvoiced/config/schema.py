@@ -71,9 +71,9 @@ class WorkersConfig:
     of their next clauses over 4 s); on a lightly loaded worker it leaves at once. 0: never
     hold (a burst of new requests on a busy worker then starts streams it cannot feed)."""
     clause_max_chars: int = opt(80, min=20, max=10000)
-    """Workers cut clauses longer than this (tts.max_clause_chars when smaller): each
-    clause is one uninterruptible ONNX run, so a long one delays every other stream on
-    its worker (80 chars: about 3.5 s of speech)."""
+    """tts.decode = "clauses": workers cut clauses longer than this (tts.max_clause_chars
+    when smaller): each clause is one uninterruptible ONNX run, so a long one delays every
+    other stream on its worker (80 chars: about 3.5 s of speech)."""
     admit_busy_max: float = opt(0.85, min=0.05, max=4.0, live=True)
     """Refuse new streams/requests when a worker's load with one more would exceed this
     (busy fraction of its CPUs; load = max(measured busy, speaking streams x RTF))."""
@@ -105,6 +105,20 @@ class TtsConfig:
     """Default output sample rate; 0: the voice's own rate (22050 for medium voices)."""
     format: Literal["float32", "s16le", "mulaw"] = opt("s16le", live=True)
     """Default output sample format (little-endian PCM, or G.711 μ-law bytes)."""
+    decode: Literal["chunked", "clauses"] = opt("chunked")
+    """chunked: each sentence whole through the voice's text front (prosody and durations
+    see the full sentence), then its vocoder in chunks of `chunk_s` (the unit the workers
+    schedule and barge-in stops at); a voice whose graph has no latent seam falls back to
+    clauses (logged `tts_decode_path`). clauses: one whole-graph run per clause, cut at
+    `first_clause_max_chars` / `max_clause_chars` (the earlier path, kept to compare)."""
+    first_chunk_s: float = opt(0.25, min=0.05, max=10.0, live=True)
+    """Audio in a request's first vocoder chunk (small: first audio leaves early)."""
+    chunk_s: float = opt(1.0, min=0.1, max=30.0, live=True)
+    """Audio per vocoder chunk after the first: one uninterruptible run on a worker
+    (~50 ms at one thread here); longer chunks cost less context overhead."""
+    max_sentence_chars: int = opt(250, min=40, max=10_000, live=True)
+    """chunked: a longer sentence is cut at `, ; :` (at a word boundary where it has
+    none), since its text front is one run that nothing interrupts."""
     sentence_silence_ms: int = opt(100, min=0, max=10_000, live=True)
     """Silence added between sentences (the voice already leaves ~0.2 s at a sentence end)."""
     clause_silence_ms: int = opt(0, min=0, max=10_000, live=True)
@@ -112,11 +126,13 @@ class TtsConfig:
     min_clause_chars: int = opt(12, min=1, max=1000, live=True)
     """Clauses shorter than this are merged with the next (one ONNX run each)."""
     max_clause_chars: int = opt(160, min=20, max=10_000, live=True)
-    """Clauses longer than this are cut at a word boundary."""
+    """clauses: clauses longer than this are cut at a word boundary."""
     first_clause_max_chars: int = opt(30, min=10, max=10_000, live=True)
-    """The first clause of a request is cut at this length so first audio leaves early."""
+    """clauses: the first clause of a request is cut at this length so first audio leaves
+    early."""
     fade_ms: float = opt(4.0, min=0.0, max=50.0, live=True)
-    """Raised-cosine fade at both edges of each clause's audio (no clicks at joins)."""
+    """Raised-cosine fade at both edges of each sentence's (clause's) audio (no clicks at
+    joins; vocoder chunks of one sentence join exactly, unfaded)."""
     warmup: bool = opt(True)
     """Run one synthesis per loaded voice before reporting ready."""
     max_pause_s: float = opt(60.0, min=0.0, max=3600.0)

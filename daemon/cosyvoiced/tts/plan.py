@@ -1,10 +1,14 @@
-"""Segments to clauses: what each ONNX run speaks, and the silence after it.
+"""Segments to clauses: what each run of the voice's text front speaks, and the silence
+after it.
 
-Sentences are split at `. ! ?`, then clauses at `, ; :`. Clauses shorter than
-`min_clause_chars` are merged with the next (tiny runs sound choppy and cost a run
-each); clauses longer than `max_clause_chars` are cut at a word boundary, preferring
-the place before a function word. The first clause of a request is cut shorter
-(`first_clause_max_chars`) so the first audio leaves early.
+Sentences are split at `. ! ?`. With `whole_sentences` (chunked decoding) a sentence is
+one clause; one longer than `max_clause_chars` is cut at `, ; :` (packing as much as fits),
+at a word boundary only where a stretch has no such mark. Otherwise (one whole-graph run
+per clause) clauses are split at `, ; :`; clauses shorter than `min_clause_chars` are
+merged with the next (tiny runs sound choppy and cost a run each); clauses longer than
+`max_clause_chars` are cut at a word boundary, preferring the place before a function
+word, and the first clause of a request is cut shorter (`first_clause_max_chars`) so the
+first audio leaves early.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ class PlanLimits:
     first_clause_max_chars: int = 30
     clause_silence_ms: int = 0
     sentence_silence_ms: int = 100
+    whole_sentences: bool = False
+    """A sentence is cut only when longer than `max_clause_chars` (at punctuation first)."""
 
 
 def cut_long(text: str, limit: int) -> list[str]:
@@ -66,6 +72,38 @@ def cut_long(text: str, limit: int) -> list[str]:
         text = text[best:].strip()
     if text:
         pieces.append(text)
+    return pieces
+
+
+def _pack(parts: list[str], limit: int) -> list[str]:
+    """Consecutive `parts` joined while they fit in `limit`; a part too long alone is cut
+    at word boundaries."""
+    out: list[str] = []
+    for part in parts:
+        if out and len(out[-1]) + 1 + len(part) <= limit:
+            out[-1] = f"{out[-1]} {part}"
+        else:
+            out.extend(cut_long(part, limit))
+    return out
+
+
+def _pieces(sentence: str, limits: PlanLimits, first: bool) -> list[tuple[str, bool]]:
+    """(text, cut mid-phrase) of each clause of one sentence."""
+    if limits.whole_sentences:
+        if len(sentence) <= limits.max_clause_chars:
+            return [(sentence, False)]
+        parts = _pack(CLAUSE_RE.split(sentence), limits.max_clause_chars)
+        # a piece that does not end at punctuation was cut at a word
+        return [(p, n < len(parts) - 1 and not p.endswith((",", ";", ":")))
+                for n, p in enumerate(parts)]
+    pieces: list[tuple[str, bool]] = []
+    for part in _merge_short(CLAUSE_RE.split(sentence), limits.min_clause_chars):
+        head_first = first and not pieces
+        limit = limits.first_clause_max_chars if head_first else limits.max_clause_chars
+        head = cut_long(part, limit)
+        if head_first and len(head) > 1:  # the rest of it at the normal limit
+            head = head[:1] + cut_long(" ".join(head[1:]), limits.max_clause_chars)
+        pieces.extend((h, i < len(head) - 1) for i, h in enumerate(head))
     return pieces
 
 
@@ -110,15 +148,7 @@ def plan(segments: list[Segment], limits: PlanLimits) -> list[Clause]:
             for sentence in SENTENCE_RE.split(seg.text.strip()):
                 if not sentence.strip():
                     continue
-                parts = _merge_short(CLAUSE_RE.split(sentence.strip()), limits.min_clause_chars)
-                pieces: list[tuple[str, bool]] = []
-                for part in parts:
-                    first = not clauses and not pieces
-                    limit = limits.first_clause_max_chars if first else limits.max_clause_chars
-                    head = cut_long(part, limit)
-                    if first and len(head) > 1:  # the rest of it at the normal limit
-                        head = head[:1] + cut_long(" ".join(head[1:]), limits.max_clause_chars)
-                    pieces.extend((h, i < len(head) - 1) for i, h in enumerate(head))
+                pieces = _pieces(sentence.strip(), limits, not clauses)
                 for n, (piece, cut) in enumerate(pieces):
                     end = n == len(pieces) - 1
                     pause = (limits.sentence_silence_ms if end else

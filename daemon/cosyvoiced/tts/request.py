@@ -84,6 +84,12 @@ class AudioChunk:
     """The clause this chunk speaks ("" for pure silence or the resampler's tail)."""
     is_last: bool
     """No chunk follows."""
+    speech_s: float = 0.0
+    """Seconds of it that were synthesized (the rest: the pause after a sentence)."""
+    front_chars: int = 0
+    """Characters whose text front ran for this chunk (its sentence's first chunk)."""
+    front_s: float = 0.0
+    """How long that front run took (with phonemization)."""
 
     @property
     def samples(self) -> int:

@@ -109,6 +109,14 @@ def chunk_bounds(frames: int, size: int, first: int | None = None) -> list[tuple
 
 
 @dataclass
+class Sentence:
+    """One sentence after the front: its latent (decoder inputs) and their frame count."""
+
+    latent: dict[str, np.ndarray]
+    frames: int
+
+
+@dataclass
 class SplitVoice:
     """A voice as two sessions: the front (ids -> latent) and the decoder (latent -> audio)."""
 
@@ -144,6 +152,15 @@ class SplitVoice:
         """The sentence's audio chunk by chunk (see `chunk_bounds`); joined, it is `decode`'s."""
         for start, stop in chunk_bounds(self.frames(latent), size, first):
             yield self.decode(latent, start, stop, context)
+
+    def sentence(self, feeds: Mapping[str, np.ndarray]) -> Sentence:
+        """Run the front for one sentence (model inputs `feeds`): what `decode_chunk` reads."""
+        latent = self.latent(feeds)
+        return Sentence(latent, self.frames(latent))
+
+    def decode_chunk(self, sentence: Sentence, start: int, stop: int) -> np.ndarray:
+        """Samples of `sentence`'s latent frames [start, stop), joined exact to the whole."""
+        return self.decode(sentence.latent, start, stop)
 
     def frames_for(self, seconds: float, sample_rate: int) -> int:
         """Latent frames in `seconds` of audio (at least one)."""
@@ -219,9 +236,10 @@ def load_split(model_path: str | os.PathLike[str], *, threads: int = 1,
                                                         and _save(decoder, paths[1])):
         paths = None
     if paths is not None:
-        sessions = [create_session(paths[0], threads=threads, cache_dir=cache_dir),
+        sessions = [create_session(paths[0], threads=threads, cache_dir=cache_dir,
+                                   shared_weights=True),
                     create_session(paths[1], threads=threads, cache_dir=cache_dir,
-                                   rewrite=rewrite)]
+                                   rewrite=rewrite, shared_weights=True)]
     else:  # in memory (no cache, or it is unwritable): the rewrite applied here
         if rewrite is not None:
             try:

@@ -1,8 +1,14 @@
-"""Streaming synthesis: text -> segments -> clauses -> one ONNX run each -> audio chunks.
+"""Streaming synthesis: text -> segments -> sentences -> front run -> vocoder chunks.
 
-`TtsEngine.synthesize()` is a generator: each clause's audio is yielded as soon as it is
-synthesized (fades at its edges, then the pause after it), so the first audio leaves
-after the first clause. A cancel event is checked between clauses (barge-in).
+`TtsEngine.synthesize()` returns a `Synthesis`, an iterator of audio chunks, each
+yielded as soon as it is made. With a split voice (`tts.decode = "chunked"`) each
+sentence runs whole through the voice's text front, then its vocoder in chunks
+(`first_chunk_s` for the request's first, `chunk_s` after): the chunks of a sentence join
+to its whole decode, so its prosody is the full sentence's and the first audio still
+leaves after one small chunk. Otherwise each clause is one whole-graph run. Fades are at
+a sentence's (clause's) edges, the pause after it ends its last chunk. `upcoming()`
+tells a scheduler what each next step will cost (`Step`); a cancel event is checked
+between steps (barge-in).
 
 What one request may cost is bounded: each clause runs at a length scale within
 `LENGTH_SCALE_RANGE` whatever its SSML rate, the `<break>`s of a document add up to
@@ -14,7 +20,9 @@ be longer than `tts.max_audio_s` even at the fastest reading is refused before a
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import structlog
@@ -29,6 +37,7 @@ from cosyvoiced.tts.normalize.ssml import parse_ssml
 from cosyvoiced.tts.phonemize import raw_phonemes, text_to_ids, to_ids
 from cosyvoiced.tts.plan import Clause, PlanLimits, plan
 from cosyvoiced.tts.request import LENGTH_SCALE_RANGE, AudioChunk, SynthesisOptions, check_text
+from cosyvoiced.tts.split import chunk_bounds
 from cosyvoiced.tts.voices import Voice, VoiceMeta, describe, discover, find_voice, load_voice
 
 log = structlog.get_logger(__name__)
@@ -60,14 +69,21 @@ def audio_floor_s(clauses: list[Clause], length_scale: float) -> float:
     return speech + sum(c.pause_after_ms for c in clauses) / 1000
 
 
-def fade_edges(audio: np.ndarray, fade_samples: int) -> None:
-    """Raised-cosine fade-in and fade-out, in place."""
+SPEECH_PER_CHAR_EWMA = 0.2
+"""How fast a voice's learned seconds of speech per character follow new sentences."""
+
+
+def fade_edges(audio: np.ndarray, fade_samples: int, head: bool = True,
+               tail: bool = True) -> None:
+    """Raised-cosine fade-in (`head`) and fade-out (`tail`), in place."""
     n = min(fade_samples, audio.shape[0] // 2)
     if n <= 0:
         return
     ramp = (0.5 - 0.5 * np.cos(np.linspace(0.0, np.pi, n, dtype=np.float32))).astype(np.float32)
-    audio[:n] *= ramp
-    audio[-n:] *= ramp[::-1]
+    if head:
+        audio[:n] *= ramp
+    if tail:
+        audio[-n:] *= ramp[::-1]
 
 
 def trim_trailing_silence(audio: np.ndarray, keep: int, threshold: float = 0.01) -> np.ndarray:
@@ -85,6 +101,31 @@ def encode(audio: np.ndarray, fmt: str) -> bytes:
     if fmt == "s16le":
         return f32_to_s16(audio, np.empty(audio.shape, dtype=np.int16)).astype("<i2").tobytes()
     return mulaw_encode(audio).tobytes()
+
+
+def model_inputs(ids: list[int], length_scale: float, noise_scale: float, noise_w: float,
+                 sid: int | None) -> dict[str, np.ndarray]:
+    """A Piper voice graph's inputs for one run."""
+    feeds = {
+        "input": np.asarray([ids], dtype=np.int64),
+        "input_lengths": np.asarray([len(ids)], dtype=np.int64),
+        "scales": np.asarray([noise_scale, length_scale, noise_w], dtype=np.float32),
+    }
+    if sid is not None:
+        feeds["sid"] = np.asarray([sid], dtype=np.int64)
+    return feeds
+
+
+@dataclass(frozen=True)
+class Step:
+    """One `next()` of a `Synthesis`: one uninterruptible stretch of work on the worker."""
+
+    front_chars: int
+    """Characters whose text front runs in this step (0: vocoder only, or a whole run)."""
+    speech_s: float
+    """Speech it yields (exact once its sentence's front ran, else guessed from text)."""
+    pause_s: float = 0.0
+    """Silence after it (costs nothing to make)."""
 
 
 class TtsEngine:
@@ -119,7 +160,8 @@ class TtsEngine:
             if key not in self._voices:
                 files = find_voice(name, self.config.voices_dirs)
                 voice = load_voice(files, precision=precision, threads=self.threads,
-                                   cache_dir=self.cache_dir, state_dir=self.state_dir)
+                                   cache_dir=self.cache_dir, state_dir=self.state_dir,
+                                   decode=self.config.decode)
                 self._voices[key] = self._warm_up(voice)
             return self._voices[key]
 
@@ -130,26 +172,26 @@ class TtsEngine:
         return voice
 
     def _warm_up(self, voice: Voice) -> Voice:
-        """One run before the voice is used (allocates ORT's buffers) that sets its gain."""
+        """One run before the voice is used (allocates ORT's buffers, on the split path in
+        chunks as synthesis runs it) that sets its gain and its speech per character."""
         if not self.config.warmup:
             return voice
-        ids = text_to_ids(WARMUP_TEXT, voice.config)
-        cfg = voice.config
-        audio = self._run(voice, ids, cfg.length_scale, 0.0, 0.0, voice.speaker_id(None))
+        cfg, rate = voice.config, voice.sample_rate_hz
+        feeds = model_inputs(text_to_ids(WARMUP_TEXT, cfg), cfg.length_scale, 0.0, 0.0,
+                             voice.speaker_id(None))
+        split = voice.split
+        if split is None:
+            assert voice.session is not None
+            audio = np.asarray(onnx_run(voice.session, feeds)[0], dtype=np.float32).reshape(-1)
+        else:
+            sentence = split.sentence(feeds)
+            bounds = chunk_bounds(sentence.frames, split.frames_for(self.config.chunk_s, rate),
+                                  split.frames_for(self.config.first_chunk_s, rate))
+            audio = np.concatenate([split.decode_chunk(sentence, a, b) for a, b in bounds])
+            voice.speech_s_per_char = audio.shape[0] / rate / len(WARMUP_TEXT) / cfg.length_scale
         peak = float(np.abs(audio).max()) if audio.size else 0.0
         voice.gain = float(np.clip(TARGET_PEAK / peak, 0.5, 4.0)) if peak > 1e-4 else 1.0
         return voice
-
-    def _run(self, voice: Voice, ids: list[int], length_scale: float, noise_scale: float,
-             noise_w: float, sid: int | None) -> np.ndarray:
-        feeds = {
-            "input": np.asarray([ids], dtype=np.int64),
-            "input_lengths": np.asarray([len(ids)], dtype=np.int64),
-            "scales": np.asarray([noise_scale, length_scale, noise_w], dtype=np.float32),
-        }
-        if sid is not None:
-            feeds["sid"] = np.asarray([sid], dtype=np.int64)
-        return np.asarray(onnx_run(voice.session, feeds)[0], dtype=np.float32).reshape(-1)
 
     def segments(self, text: str, voice: Voice, ssml: bool) -> list[Segment]:
         if ssml:
@@ -157,21 +199,25 @@ class TtsEngine:
                               max_pause_ms=int(round(self.config.max_pause_s * 1000)))
         return plain_segments(text, voice.language)
 
-    def limits(self) -> PlanLimits:
+    def limits(self, voice: Voice) -> PlanLimits:
+        """How `voice`'s text is cut: whole sentences when it is split, clauses otherwise."""
         c = self.config
+        if voice.split is not None:
+            return PlanLimits(c.min_clause_chars, c.max_sentence_chars, c.max_sentence_chars,
+                              c.clause_silence_ms, c.sentence_silence_ms, whole_sentences=True)
         return PlanLimits(c.min_clause_chars, c.max_clause_chars, c.first_clause_max_chars,
                           c.clause_silence_ms, c.sentence_silence_ms)
 
     def synthesize(self, text: str | bytes, options: SynthesisOptions | None = None, *,
                    precision: str | None = None,
-                   cancel: threading.Event | None = None) -> Iterator[AudioChunk]:
+                   cancel: threading.Event | None = None) -> Synthesis:
         """Check the request now (typed errors raised here), then stream its chunks."""
         options = options or SynthesisOptions()
         options.check()
         text = check_text(text, self.config.max_chars)
         voice = self.voice(options.voice, precision)
         sid = voice.speaker_id(options.speaker)
-        clauses = plan(self.segments(text, voice, options.ssml), self.limits())
+        clauses = plan(self.segments(text, voice, options.ssml), self.limits(voice))
         if not clauses:
             raise EmptyText("nothing to speak (no words, phonemes or breaks)")
         length = (options.length_scale if options.length_scale is not None
@@ -179,54 +225,147 @@ class TtsEngine:
         floor_s = audio_floor_s(clauses, length)
         if floor_s > self.config.max_audio_s:
             raise AudioTooLong(floor_s, self.config.max_audio_s)
-        return self._stream(voice, clauses, options, sid, cancel)
+        return Synthesis(self.config, voice, clauses, options, sid, cancel)
 
-    def _stream(self, voice: Voice, clauses: list[Clause], options: SynthesisOptions,
-                sid: int | None, cancel: threading.Event | None) -> Iterator[AudioChunk]:
+
+class Synthesis(Iterator[AudioChunk]):
+    """One request's audio, chunk by chunk (see the module doc)."""
+
+    def __init__(self, config: TtsConfig, voice: Voice, clauses: list[Clause],
+                 options: SynthesisOptions, sid: int | None,
+                 cancel: threading.Event | None) -> None:
         cfg = voice.config
-        in_rate = cfg.sample_rate
-        out_rate = options.rate_hz or self.config.rate_hz or in_rate
-        fmt = options.format or self.config.format
+        self.config = config
+        self.voice = voice
+        self.clauses = clauses
+        self.options = options
+        self.sid = sid
+        self.cancel = cancel
+        self.length = options.length_scale if options.length_scale is not None \
+            else cfg.length_scale
+        self.noise = options.noise_scale if options.noise_scale is not None else cfg.noise_scale
+        self.noise_w = options.noise_w_scale if options.noise_w_scale is not None \
+            else cfg.noise_w_scale
+        self._at = 0
+        """The next clause whose run has not started."""
+        self._left: list[tuple[int, int]] = []
+        """Chunks of the current sentence not decoded yet (latent frames)."""
+        self._pause_s = 0.0
+        """The pause after the current sentence."""
+        self._gen = self._chunks()
+
+    def __next__(self) -> AudioChunk:
+        return next(self._gen)
+
+    def close(self) -> None:
+        self._gen.close()
+
+    def _first_frames(self, n: int) -> int | None:
+        split = self.voice.split
+        assert split is not None
+        return split.frames_for(self.config.first_chunk_s, self.voice.sample_rate_hz) \
+            if n == 0 else None
+
+    def upcoming(self) -> Iterator[Step]:
+        """The steps still to come, in order (later sentences' audio guessed from text)."""
+        voice, rate = self.voice, self.voice.sample_rate_hz
+        split = voice.split
+        hop_s = split.field.hop / rate if split is not None else 0.0
+        for i, (a, b) in enumerate(self._left):
+            yield Step(0, (b - a) * hop_s, self._pause_s if i == len(self._left) - 1 else 0.0)
+        for n in range(self._at, len(self.clauses)):
+            clause = self.clauses[n]
+            pause_s = clause.pause_after_ms / 1000
+            speech_s = len(clause.text) * voice.speech_s_per_char * \
+                effective_length_scale(self.length, clause.rate)
+            if not clause.text or split is None:
+                yield Step(0, speech_s, pause_s)
+                continue
+            size = split.frames_for(self.config.chunk_s, rate)
+            bounds = chunk_bounds(max(1, round(speech_s / hop_s)), size, self._first_frames(n))
+            for i, (a, b) in enumerate(bounds):
+                yield Step(len(clause.text) if i == 0 else 0, (b - a) * hop_s,
+                           pause_s if i == len(bounds) - 1 else 0.0)
+
+    def _learn_speech_rate(self, clause: Clause, frames: int) -> None:
+        split, voice = self.voice.split, self.voice
+        assert split is not None
+        scale = effective_length_scale(self.length, clause.rate)
+        if clause.text and scale > 0:
+            per_char = frames * split.field.hop / voice.sample_rate_hz / len(clause.text) / scale
+            voice.speech_s_per_char += SPEECH_PER_CHAR_EWMA * (per_char - voice.speech_s_per_char)
+
+    def _pieces(self, n: int, clause: Clause) -> Iterator[tuple[np.ndarray, int, float]]:
+        """(speech, front chars, front seconds) of a clause's steps, in order."""
+        voice, cfg = self.voice, self.voice.config
+        t0 = time.perf_counter()
+        ids = (to_ids(raw_phonemes(clause.text), cfg.phoneme_id_map) if clause.phonemes
+               else text_to_ids(clause.text, cfg))
+        feeds = model_inputs(ids, effective_length_scale(self.length, clause.rate),
+                             self.noise, self.noise_w, self.sid)
+        split = voice.split
+        if split is None:
+            assert voice.session is not None
+            yield (np.asarray(onnx_run(voice.session, feeds)[0], dtype=np.float32).reshape(-1),
+                   0, 0.0)
+            return
+        sentence = split.sentence(feeds)
+        self._learn_speech_rate(clause, sentence.frames)
+        size = split.frames_for(self.config.chunk_s, voice.sample_rate_hz)
+        self._left = chunk_bounds(sentence.frames, size, self._first_frames(n))
+        front_s = time.perf_counter() - t0
+        front_chars = len(clause.text)
+        while self._left:
+            a, b = self._left.pop(0)
+            yield split.decode_chunk(sentence, a, b), front_chars, front_s
+            front_chars, front_s = 0, 0.0
+
+    def _chunks(self) -> Iterator[AudioChunk]:
+        voice, options, config = self.voice, self.options, self.config
+        in_rate = voice.sample_rate_hz
+        out_rate = options.rate_hz or config.rate_hz or in_rate
+        fmt = options.format or config.format
         resampler = StreamResampler(in_rate, out_rate) if out_rate != in_rate else None
-        length = options.length_scale if options.length_scale is not None else cfg.length_scale
-        noise = options.noise_scale if options.noise_scale is not None else cfg.noise_scale
-        noise_w = options.noise_w_scale if options.noise_w_scale is not None else cfg.noise_w_scale
         gain = np.float32(voice.gain * options.volume)
-        fade = int(round(self.config.fade_ms * in_rate / 1000))
-        left = int(self.config.max_audio_s * in_rate)  # samples still allowed (voice rate)
+        fade = int(round(config.fade_ms * in_rate / 1000))
+        left = int(config.max_audio_s * in_rate)  # samples still allowed (voice rate)
         index = 0
-        for n, clause in enumerate(clauses):
-            if cancel is not None and cancel.is_set():
-                log.info("tts_cancelled", voice=voice.name, at_clause=n, clauses=len(clauses))
-                return
+        for n, clause in enumerate(self.clauses):
+            self._at = n + 1
+            self._pause_s = clause.pause_after_ms / 1000
             pause = np.zeros(min(clause.pause_after_ms * in_rate // 1000, left),
                              dtype=np.float32)
-            if clause.text:
-                ids = (to_ids(raw_phonemes(clause.text), cfg.phoneme_id_map) if clause.phonemes
-                       else text_to_ids(clause.text, cfg))
-                speech = self._run(voice, ids, effective_length_scale(length, clause.rate),
-                                   noise, noise_w, sid)
-                if clause.cut:  # mid-phrase: no end-of-utterance pause where none is written
+            pieces = self._pieces(n, clause) if clause.text else iter([(pause[:0], 0, 0.0)])
+            head = True
+            for speech, front_chars, front_s in pieces:
+                if self.cancel is not None and self.cancel.is_set():
+                    log.info("tts_cancelled", voice=voice.name, at_clause=n,
+                             clauses=len(self.clauses))
+                    return
+                tail = not self._left
+                if tail and clause.cut:  # mid-phrase: no end-of-utterance pause where none is
                     speech = trim_trailing_silence(speech, keep=CUT_TAIL_MS * in_rate // 1000)
                 np.multiply(speech, gain, out=speech)
                 np.clip(speech, -1.0, 1.0, out=speech)
-                fade_edges(speech, fade)
-                audio = np.concatenate([speech, pause]) if pause.size else speech
-            else:
-                audio = pause
-            last = n == len(clauses) - 1
-            if audio.shape[0] > left or (audio.shape[0] == left and not last):
-                log.warning("tts_audio_capped", voice=voice.name, at_clause=n,
-                            clauses=len(clauses), max_audio_s=self.config.max_audio_s)
-                last = True
-            audio = audio[:left]
-            left -= audio.shape[0]
-            if resampler is not None:
-                audio = resampler.process(audio)
+                fade_edges(speech, fade, head, tail)
+                head = False
+                speech_s = speech.shape[0] / in_rate
+                audio = np.concatenate([speech, pause]) if tail and pause.size else speech
+                last = tail and n == len(self.clauses) - 1
+                if audio.shape[0] > left or (audio.shape[0] == left and not last):
+                    log.warning("tts_audio_capped", voice=voice.name, at_clause=n,
+                                clauses=len(self.clauses), max_audio_s=config.max_audio_s)
+                    last = True
+                audio = audio[:left]
+                left -= audio.shape[0]
+                if resampler is not None:
+                    audio = resampler.process(audio)
+                    if last:
+                        audio = np.concatenate([audio, resampler.flush()])
+                yield AudioChunk(audio, encode(audio, fmt), out_rate, fmt, index, clause.text,
+                                 last, speech_s=speech_s, front_chars=front_chars,
+                                 front_s=front_s)
+                index += 1
                 if last:
-                    audio = np.concatenate([audio, resampler.flush()])
-            yield AudioChunk(audio, encode(audio, fmt), out_rate, fmt, index, clause.text, last)
-            index += 1
-            if last:
-                return
+                    return
 

@@ -26,6 +26,7 @@ from cosyvoiced.tts.errors import (
     UnknownVoice,
 )
 from cosyvoiced.tts.graph import decoder_rewrite
+from cosyvoiced.tts.split import SplitVoice, load_split
 
 log = structlog.get_logger(__name__)
 
@@ -130,17 +131,23 @@ def kept_int8(files: VoiceFiles, state_dir: str | Path | None) -> Int8Variant | 
 
 @dataclass
 class Voice:
-    """A loaded voice: its Piper config and an ONNX session for the chosen precision."""
+    """A loaded voice: its Piper config and, for the chosen precision, either its split
+    sessions (front + chunked decoder) or one whole-graph session."""
 
     name: str
     config: PiperConfig
-    session: Any
+    session: Any | None
+    """The whole graph (None when `split` is used: its weights are not loaded twice)."""
     precision: str
     """"fp32" or "int8": what was actually loaded."""
     language: str
     """Language code for normalization ("en_US")."""
     gain: float = 1.0
     """Fixed output gain (set by warm-up) used instead of per-sentence peak normalization."""
+    split: SplitVoice | None = None
+    speech_s_per_char: float = 0.045
+    """Seconds of speech per character of text at length scale 1, learned from each
+    sentence's latent frames (the planner's guess of a sentence's audio before its run)."""
 
     @property
     def sample_rate_hz(self) -> int:
@@ -167,8 +174,10 @@ class Voice:
 
 
 def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
-               cache_dir: str | None = None, state_dir: str | None = None) -> Voice:
-    """Load a voice at `precision` (fp32 | int8 | auto)."""
+               cache_dir: str | None = None, state_dir: str | None = None,
+               decode: str = "chunked") -> Voice:
+    """Load a voice at `precision` (fp32 | int8 | auto); `decode` "chunked" loads it split
+    at its latent seam where it has one (`tts.split`), else (or "clauses") whole."""
     if precision not in PRECISIONS:
         raise BadParameter(f"precision must be one of {', '.join(PRECISIONS)}")
     raw = json.loads(files.config_path.read_text(encoding="utf-8"))
@@ -182,6 +191,17 @@ def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
         elif precision == "int8":
             raise NoInt8Variant(f"no INT8 variant of {files.name!r} passed the quality gate "
                                 f"in {state_dir}; run `python -m tools.quantize` on the voice first")
+    language = str(raw.get("language", {}).get("code") or config.espeak_voice)
+    split = None
+    if decode == "chunked":
+        try:
+            split = load_split(model, threads=threads, cache_dir=cache_dir)
+        except OnnxError as exc:  # the whole graph below, or its own typed error
+            log.warning("tts_split_unloadable", voice=files.name, path=str(model), error=str(exc))
+    if split is not None:
+        log.info("voice_loaded", voice=files.name, precision=chosen, threads=threads,
+                 decode="chunked")
+        return Voice(files.name, config, None, chosen, language, split=split)
     rewrite = decoder_rewrite(threads)
     try:  # weights memory-mapped from the cache: one copy per box, not per worker
         session = create_session(model, threads=threads, cache_dir=cache_dir, rewrite=rewrite,
@@ -193,6 +213,6 @@ def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
         session, chosen = create_session(files.model_path, threads=threads,
                                          cache_dir=cache_dir, rewrite=rewrite,
                                          shared_weights=True), "fp32"
-    language = str(raw.get("language", {}).get("code") or config.espeak_voice)
-    log.info("voice_loaded", voice=files.name, precision=chosen, threads=threads)
+    log.info("voice_loaded", voice=files.name, precision=chosen, threads=threads,
+             decode="clauses")
     return Voice(files.name, config, session, chosen, language)

@@ -28,6 +28,36 @@ def test_sentences_then_clauses_with_their_pauses():
     assert [c.pause_after_ms for c in clauses] == [100, 300, 100, 0]
 
 
+SENTENCES = PlanLimits(min_clause_chars=12, max_clause_chars=80, first_clause_max_chars=80,
+                      clause_silence_ms=100, sentence_silence_ms=300, whole_sentences=True)
+
+
+def test_whole_sentences_are_cut_only_at_their_ends():
+    text = ("Our main office is open from eight thirty A M to five P M, Monday to Friday. "
+            "Yes, no, maybe so. Bye.")
+    clauses = plan([Speech(text)], SENTENCES)
+    assert texts(clauses) == ["Our main office is open from eight thirty A M to five P M, "
+                              "Monday to Friday.", "Yes, no, maybe so.", "Bye."]
+    assert [c.pause_after_ms for c in clauses] == [300, 300, 0]
+    assert not any(c.cut for c in clauses)
+
+
+def test_a_sentence_over_the_limit_is_cut_at_punctuation_then_at_words():
+    sentence = ("When you call back, please have your policy number ready, along with the "
+                "claim number from the letter; an agent will then confirm the repair date "
+                "and the name of the contractor who will be visiting your home next week.")
+    clauses = plan([Speech(sentence)], SENTENCES)
+    assert " ".join(texts(clauses)) == sentence
+    assert all(len(c.text) <= 80 for c in clauses)
+    # as many clauses as fit are packed together; the stretch without punctuation that
+    # is still too long is cut at a word (marked, no pause)
+    assert texts(clauses)[0] == "When you call back, please have your policy number ready,"
+    assert clauses[1].text.endswith("letter;") and not clauses[1].cut
+    assert clauses[1].pause_after_ms == 100
+    assert clauses[2].cut and clauses[2].pause_after_ms == 0
+    assert not clauses[-1].cut
+
+
 def test_short_clauses_merge_with_the_next():
     clauses = plan([Speech("Yes, no, maybe so, I think that is right.")], LIMITS)
     assert texts(clauses) == ["Yes, no, maybe so,", "I think that is right."]

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from cosyvoiced.config.schema import WorkersConfig
+from cosyvoiced.tts.synth import Step
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.worker.tts_sched import SayJob, TtsScheduler
 from tests.fakes.clock import Clock
@@ -36,11 +37,33 @@ def scaled(profile: list[tuple[float, float]], rtf: float) -> list[tuple[float, 
     return [(a, r * k) for a, r in profile]
 
 
+FRONT_S_PER_CHAR = 0.001
+"""Text-front seconds per character (measured: ~0.14 s for a 137-character sentence)."""
+
+
+def chunked(sentences_s: list[float], rtf: float, front_share: float = 0.3,
+            first_s: float = 0.25, chunk_s: float = 1.0) -> list[tuple[float, float, int]]:
+    """Whole sentences of `sentences_s` seconds as the chunked path runs them: (audio s,
+    vocoder RTF, front characters) per step, the front taking `front_share` of `rtf`."""
+    steps = []
+    for n, length in enumerate(sentences_s):
+        chars = round(length * rtf * front_share / FRONT_S_PER_CHAR)
+        sizes = [first_s] if n == 0 else []
+        while sum(sizes) < length - 1e-9:
+            sizes.append(min(chunk_s, length - sum(sizes)))
+        steps += [(a, rtf * (1 - front_share), chars if i == 0 else 0)
+                  for i, a in enumerate(sizes)]
+    return steps
+
+
 @dataclass
 class Chunk:
     audio: np.ndarray
     is_last: bool
     text: str
+    speech_s: float
+    front_chars: int = 0
+    front_s: float = 0.0
 
 
 def simulate(profiles: list[list[tuple[float, float]]], arrivals: list[float], *,
@@ -53,15 +76,19 @@ def simulate(profiles: list[list[tuple[float, float]]], arrivals: list[float], *
     events: list[object] = []
 
     def make_gen(job: SayJob, _stream: object):
-        clauses = profiles[job.request_id]
-        if hints:
-            job.clause_chars = [round(a / S_PER_CHAR) for a, _ in clauses]
+        clauses = [(*c, 0)[:3] for c in profiles[job.request_id]]
+        done = [0]
+        if hints:  # the steps as the engine describes them
+            job.steps = lambda: (Step(chars, a) for a, _, chars in clauses[done[0]:])
 
         def gen():
-            for i, (audio_s, rtf) in enumerate(clauses):
-                advance(clock.t + audio_s * rtf * (1.0 + noise * rng.standard_normal()))
+            for i, (audio_s, rtf, chars) in enumerate(clauses):
+                jitter = 1.0 + noise * rng.standard_normal()
+                front_s = chars * FRONT_S_PER_CHAR * jitter
+                advance(clock.t + audio_s * rtf * jitter + front_s)
+                done[0] = i + 1
                 yield Chunk(np.zeros(int(audio_s * RATE), np.float32), i == len(clauses) - 1,
-                            "x" * round(audio_s / S_PER_CHAR))
+                            "x" * round(audio_s / S_PER_CHAR), audio_s, chars, front_s)
         return gen()
 
     sched = TtsScheduler(make_gen, events.append, policy=policy, lookahead_s=lookahead_s,
@@ -169,3 +196,22 @@ def test_a_worker_admitted_beyond_capacity_does_not_hold_first_audio():
     profiles, arrivals = bench_mix(12, 0.2)  # 2.4 x the worker
     _, first = simulate(profiles, arrivals, seed=0)
     assert max(first) < DEFAULTS.first_audio_s + 0.25
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_whole_sentences_in_vocoder_chunks_share_a_worker_at_0_9_load(seed):
+    """The chunked path: each sentence's front with its first chunk, then 1 s chunks.
+    Six streams of long sentences (4-6 s: cut into clauses they would be 3-4 runs each)
+    at 90% of the worker keep every listener fed, first audio within its budget."""
+    profile = chunked([4.4, 6.0, 3.9, 5.2], rtf=0.15)
+    under, first = simulate([profile] * 6, [i / 6 for i in range(6)], seed=seed)
+    assert under == [0] * 6, under
+    assert max(first) < DEFAULTS.first_audio_s + 0.5
+
+
+def test_an_idle_worker_starts_a_whole_sentence_after_its_front_and_a_small_chunk():
+    profile = chunked([6.0], rtf=0.15)
+    under, first = simulate([profile], [0.0], noise=0.0)
+    front_s = profile[0][2] * FRONT_S_PER_CHAR
+    assert under == [0]
+    assert first[0] == pytest.approx(front_s + 0.25 * 0.15 * 0.7, abs=0.01)  # not held

@@ -1,9 +1,10 @@
-"""The worker's single loop: control first, then the VAD tick, then one TTS clause or
-one ASR batch, whichever is more urgent (see `asr_sched`).
+"""The worker's single loop: control first, then the VAD tick, then one TTS step (a
+vocoder chunk, or a clause of a whole-graph voice) or one ASR batch, whichever is more
+urgent (see `asr_sched`).
 
 Control messages are drained before every unit of work (control outranks data), so a
-cancel waits at most for the clause being synthesized. Work units are short (one VAD
-tick, one clause); between them the loop beats its heartbeat in shared memory, which
+cancel (barge-in) waits at most for the step being synthesized. Work units are short
+(one VAD tick, one TTS step); between them the loop beats its heartbeat in shared memory, which
 is what the daemon's watchdog reads.
 """
 
@@ -20,7 +21,6 @@ import structlog
 from cosyvoiced.audio.ring import Ring, RingError
 from cosyvoiced.listen.vad import SileroBatch
 from cosyvoiced.runtime.log import setup_logging
-from cosyvoiced.tts.plan import plan
 from cosyvoiced.tts.request import SynthesisOptions
 from cosyvoiced.tts.synth import TtsEngine
 from cosyvoiced.workers import messages as m
@@ -53,8 +53,8 @@ class Worker:
         self.setup = setup
         self.stats = WorkerStats(stats_array)
         self.meter = LoadMeter()
-        # Clauses cut shorter here than tts.max_clause_chars may: one clause is one ONNX
-        # run that no other stream on this worker can interrupt.
+        # Whole-graph voices: clauses cut shorter here than tts.max_clause_chars may: one
+        # clause is one ONNX run that no other stream on this worker can interrupt.
         tts = replace(setup.tts, max_clause_chars=min(setup.tts.max_clause_chars,
                                                       setup.clause_max_chars))
         self.engine = TtsEngine(tts, threads=setup.onnx_threads,
@@ -86,12 +86,9 @@ class Worker:
     def _make_gen(self, job: SayJob, stream: TtsStream) -> Any:
         options = job.options if job.options is not None else SynthesisOptions()
         options = replace(options, rate_hz=stream.rate_hz, format="float32")
-        gen = self.engine.synthesize(job.text, options)  # typed request errors raise here
-        # The scheduler's guess of each clause's cost: the same plan the engine made.
-        voice = self.engine.voice(options.voice)
-        segments = self.engine.segments(job.text, voice, options.ssml)
-        job.clause_chars = [len(c.text) for c in plan(segments, self.engine.limits())]
-        return gen
+        synthesis = self.engine.synthesize(job.text, options)  # typed request errors raise here
+        job.steps = synthesis.upcoming  # the scheduler's guess of each next step's cost
+        return synthesis
 
     def _warm_up(self) -> tuple[float, float]:
         """Load the default voice and the VAD, run each once; returns (rtf, us/window)."""

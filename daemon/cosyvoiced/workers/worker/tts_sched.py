@@ -1,23 +1,25 @@
-"""Clause-level TTS scheduling in a worker: least slack first, bounded lookahead,
-first audio held until the worker can keep it fed.
+"""Step-level TTS scheduling in a worker: least slack first, bounded lookahead, first
+audio held until the worker can keep it fed.
 
-The engine synthesizes one clause per `next()` of a request's generator (one ONNX run
-that nothing interrupts). The next clause goes to the stream with the least slack:
-its deadline (when its listener runs dry: `now + ahead`, where `ahead` is the larger of
-ring fill + pending audio and its real-time playback clock) minus the expected
-synthesis time of that clause (`clause_cost`: from the request's clause plan and the
-worker's measured seconds per character). So a long clause starts early enough, and a
+The engine makes one step per `next()` of a request's synthesis (one uninterruptible
+run: a vocoder chunk of ~1 s, the first chunk of a sentence after the sentence's text
+front, or one clause of a whole-graph voice). The next step goes to the stream with the
+least slack: its deadline (when its listener runs dry: `now + ahead`, where `ahead` is
+the larger of ring fill + pending audio and its real-time playback clock) minus the
+expected synthesis time of that step (`clause_cost`: from the steps the engine says are
+next and the worker's measured costs). So a sentence's front starts early enough, and a
 stream with seconds buffered yields to one about to run dry. A stream with
 `lookahead_s` of audio ahead waits, so a long text cannot starve short ones.
 
-A new request has no listener deadline yet: its first clause is due `first_audio_s`
+A new request has no listener deadline yet: its first step is due `first_audio_s`
 after it arrived. Its first audio goes out at once if the worker can keep every
-speaking stream fed with it playing (`clause_cost.fits`); otherwise it is held (pending,
-not in the ring) until that holds, `prebuffer_s` is buffered, or the budget is spent.
-A burst of new requests on a busy worker thus starts them one after another with a
-buffer instead of starting all and underrunning all.
+speaking stream fed with it playing (`clause_cost.fits`, with the longest next step of
+another stream as blocking); otherwise it is held (pending, not in the ring) until that
+holds, `prebuffer_s` is buffered, or the budget is spent. A burst of new requests on a
+busy worker thus starts them one after another with a buffer instead of starting all and
+underrunning all.
 
-"fifo" is the naive baseline kept for comparison: clauses in the order streams became
+"fifo" is the naive baseline kept for comparison: steps in the order streams became
 ready for them, no lookahead bound, no hold.
 
 Cancel drops a stream's queued requests and unwritten audio at once and asks the
@@ -37,7 +39,7 @@ import numpy as np
 import structlog
 
 from cosyvoiced.workers.messages import FirstAudio, SayDone, StreamError
-from cosyvoiced.workers.worker.clause_cost import ClauseCosts, fits
+from cosyvoiced.workers.worker.clause_cost import HOLD_MARGIN_S, ClauseCosts, Steps, fits
 
 log = structlog.get_logger(__name__)
 
@@ -70,10 +72,9 @@ class SayJob:
     written: int = 0
     synth_done: bool = False
     first_sent: bool = False
-    clause_chars: list[int] | None = None
-    """Characters of each clause it will be synthesized as, when known (`make_gen` may
-    fill it in): the scheduler's guess of how long each next clause takes."""
-    clauses_done: int = 0
+    steps: Steps | None = None
+    """What its next steps will be, once its synthesis started (`make_gen` fills it in
+    from the engine's `Synthesis.upcoming`): the scheduler's guess of each one's cost."""
 
 
 @dataclass
@@ -91,7 +92,7 @@ class TtsStream:
     """When the audio produced so far ends if played in real time from its first sample."""
     ready_seq: int = 0
     last_synth_s: float = 0.0
-    """How long this stream's last clause took: the guess for its next one."""
+    """How long this stream's last step took: the guess for its next one."""
     hold_until_s: float | None = None
     """A new request's first audio is held back (not in the ring yet) until then, or
     until it has `prebuffer_s` of audio, so a loaded worker starts it with a buffer."""
@@ -191,7 +192,7 @@ class TtsScheduler:
 
     def slack_s(self, stream: TtsStream, now_s: float, ahead_s: float,
                 budget_s: float | None = None) -> float:
-        """How long the stream's next clause may wait: deadline - now - expected synthesis.
+        """How long the stream's next step may wait: deadline - now - expected synthesis.
 
         The deadline is when its listener runs out of audio. Before a request's first
         audio is out, playback starts at the latest `budget_s` (`first_audio_s`) after
@@ -209,15 +210,15 @@ class TtsScheduler:
         return ahead_s - need
 
     def expected_s(self, stream: TtsStream) -> float:
-        """How long the stream's next clause will take to synthesize (a guess)."""
+        """How long the stream's next step will take to synthesize (a guess)."""
         job = stream.job if stream.job is not None else stream.jobs[0]
         return self.costs.expected_s(job, stream.last_synth_s)
 
     def _release(self, stream: TtsStream, now_s: float) -> bool:
         """Start a held first audio now? Yes once the worker can still make every
-        speaking stream's next clause in time with this one playing (`_fits`), or the job
+        speaking stream's next step in time with this one playing (`_fits`), or the job
         is fully synthesized, or `prebuffer_s` is held, or the first-audio budget is
-        spent. On an idle worker a first clause longer than the next one's synthesis
+        spent. On an idle worker a first chunk longer than the next one's synthesis
         leaves at once."""
         held_s = stream.pending_samples / stream.rate_hz
         job = stream.job
@@ -232,26 +233,31 @@ class TtsScheduler:
     def _sustainable(self) -> bool:
         """Can the worker carry its speaking streams in real time at all? If clearly not
         (it was admitted beyond capacity), holding first audio gains nothing but latency.
-        (The RTF guess runs high early on: first clauses are short and cost more.)"""
+        (The RTF counts fronts per second of speech, not per first chunk.)"""
         speaking = sum(1 for st in self.streams.values() if st.has_work() or st.pending)
         return speaking * self.costs.rtf() <= SUSTAINABLE_LOAD
 
     def _fits(self, candidate: TtsStream, held_s: float, now_s: float) -> bool:
-        """Would every speaking stream (this one playing from now) still get each clause
-        it needs over the next seconds before it runs dry? (`clause_cost.fits`)"""
+        """Would every speaking stream (this one playing from now) still get each step
+        it needs over the next seconds before it runs dry, even with the longest next step
+        of another stream running when a deadline comes? (`clause_cost.fits`)"""
         due: list[tuple[float, float]] = []
         costs = self.costs
         job = candidate.job if candidate.job is not None else candidate.jobs[0]
         costs.clauses_due(job, held_s, candidate.last_synth_s, due)
+        blocking = 0.0
         for st in self.streams.values():
-            if st is candidate or not st.has_work() or st.hold_until_s is not None:
+            if st is candidate or not st.has_work():
+                continue
+            blocking = max(blocking, self.expected_s(st))
+            if st.hold_until_s is not None:
                 continue
             ahead = st.ahead_s(now_s)
             job = st.job if st.job is not None else st.jobs[0]
             if ahead <= 0.0 and not job.first_sent:
                 continue  # not started: its own first-audio budget, not a deadline
             costs.clauses_due(job, ahead, st.last_synth_s, due)
-        return fits(due)
+        return fits(due, blocking + HOLD_MARGIN_S)
 
     def pick(self, now_s: float) -> TtsStream | None:
         best: TtsStream | None = None
@@ -289,14 +295,14 @@ class TtsScheduler:
         return wait
 
     def step(self, now_s: float) -> bool:
-        """Synthesize one clause for the most urgent stream; False if none is eligible."""
+        """Synthesize one step for the most urgent stream; False if none is eligible."""
         stream = self.pick(now_s)
         if stream is None:
             return False
-        self._run_clause(stream)
+        self._run_step(stream)
         return True
 
-    def _run_clause(self, stream: TtsStream) -> None:
+    def _run_step(self, stream: TtsStream) -> None:
         if stream.gen is None:
             job = stream.jobs.popleft()
             try:
@@ -320,10 +326,8 @@ class TtsScheduler:
         first = not job.audio_samples
         job.synth_s += dt
         stream.last_synth_s = dt
-        job.clauses_done += 1
         if chunk is not None:
-            self.costs.learn(dt, len(getattr(chunk, "text", "")),
-                             chunk.audio.shape[0] / stream.rate_hz, first)
+            self._learn(job, chunk, dt, first, stream.rate_hz)
         if chunk is None:
             self._finish_synth(stream, job)
             return
@@ -345,6 +349,18 @@ class TtsScheduler:
         else:
             stream.ready_seq = next(self._seq)
         self._write(stream, now)
+
+    def _learn(self, job: SayJob, chunk: Chunk, dt: float, first: bool, rate_hz: int) -> None:
+        """Step costs from a chunk: what it says of its front, and of its sentence's speech
+        the steps the engine says are left of it."""
+        speech_s = getattr(chunk, "speech_s", chunk.audio.shape[0] / rate_hz)
+        front_chars = getattr(chunk, "front_chars", 0)
+        sentence_s = 0.0
+        if front_chars and job.steps is not None:
+            sentence_s = speech_s + sum(s.speech_s for s in itertools.takewhile(
+                lambda s: s.front_chars == 0, job.steps()))
+        self.costs.learn(dt, speech_s, front_chars, getattr(chunk, "front_s", 0.0),
+                         sentence_s, first)
 
     def _finish_synth(self, stream: TtsStream, job: SayJob) -> None:
         job.synth_done = True
