@@ -1,14 +1,16 @@
-"""The receptive field of a convolutional decoder graph, read from its conv attributes.
+"""The receptive field of a convolutional graph over frames, read from its conv attributes.
 
 How far one latent frame reaches into the decoder's output (in samples, both ways) is
 what a chunk of latent frames needs around it to decode to the same samples as the whole
-sentence (tts.split). Only ops whose reach is known are walked: 1-D Conv and
-ConvTranspose with explicit pads, pointwise ops, Unsqueeze/Squeeze that keep time last.
+sentence (tts.split); the same walk gives the flow's reach in latent frames. Only ops
+whose reach is known are walked: 1-D Conv and ConvTranspose with explicit pads, pointwise
+ops, Unsqueeze/Squeeze that keep time last, and the flow's channel ops (Split, Slice,
+Concat, Gather off the time axis; the zeros of ConstantOfShape(Shape(x))).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +18,9 @@ import numpy as np
 
 _CONVS = ("Conv", "ConvTranspose")
 _POINTWISE = ("Add", "Sub", "Mul", "Div", "LeakyRelu", "Relu", "Tanh", "Sigmoid", "Identity",
-              "Cast")
+              "Cast", "Neg", "Exp")
+_CHANNEL = ("Split", "Slice", "Concat", "Gather")
+"""Ops that pick, reorder or join channels: time passes through them unchanged."""
 
 
 @dataclass(frozen=True)
@@ -52,23 +56,72 @@ def _axes(node: Any, consts: Mapping[str, np.ndarray]) -> list[int]:
     return _ints(node, "axes", [])
 
 
-def receptive_field(decoder: Any, latent: str) -> ReceptiveField:  # onnx.ModelProto
-    """Walk a decoder graph (1-D convs, time on the last axis) from `latent` to its output.
+def _channel_axes(node: Any, consts: Mapping[str, np.ndarray], rank: int) -> list[int]:
+    """The axes a Split/Slice/Concat/Gather works on (normalized to `rank`)."""
+    if node.op_type == "Slice":
+        if len(node.input) > 3 and node.input[3]:
+            if node.input[3] not in consts:
+                raise ValueError(f"{node.name}: axes are not constant")
+            axes = [int(a) for a in consts[node.input[3]].reshape(-1)]
+        elif node.input[1] in consts:
+            axes = list(range(consts[node.input[1]].size))
+        else:
+            raise ValueError(f"{node.name}: sliced axes are not known")
+    else:  # Concat has no default axis: a missing one is not a channel op
+        axis = next((a for a in node.attribute if a.name == "axis"), None)
+        if axis is None and node.op_type == "Concat":
+            raise ValueError(f"{node.name}: Concat without an axis")
+        axes = [int(axis.i) if axis is not None else 0]
+    return [a % rank for a in axes]
 
-    Each dynamic tensor is tracked as (steps per latent frame, rank, reach back, reach
-    ahead): a conv of kernel k, dilation d, begin pad p adds (k-1)d - p back and p ahead; a
-    transposed conv of stride s multiplies what it reads by s, then adds p back and
-    (k-1)d - p ahead; pointwise ops take the widest of their inputs. ValueError on an op
-    whose reach is not known (the caller keeps the whole graph)."""
+
+def _channel_op(node: Any, state: Mapping[str, tuple[int, int, int, int]],
+                consts: Mapping[str, np.ndarray]) -> tuple[int, int, int, int]:
+    """What a channel op makes of its signal inputs: the widest of them, time untouched.
+    ValueError where it touches the time axis or indexes by a signal."""
+    data = list(node.input) if node.op_type == "Concat" else [node.input[0]]
+    if any(x not in state for x in data) or any(x in state for x in node.input
+                                                   if x not in data):
+        raise ValueError(f"{node.name}: {node.op_type} mixes a signal with other data")
+    ins = [state[x] for x in data]
+    if len({(s[0], s[1]) for s in ins}) != 1:
+        raise ValueError(f"{node.name}: inputs at different rates")
+    rank = ins[0][1]
+    if node.op_type == "Gather":
+        index = consts.get(node.input[1])
+        if index is None or index.ndim != 1:
+            raise ValueError(f"{node.name}: indices are not a constant list")
+    if rank - 1 in _channel_axes(node, consts, rank):
+        raise ValueError(f"{node.name}: {node.op_type} on the time axis")
+    return (ins[0][0], rank, max(s[2] for s in ins), max(s[3] for s in ins))
+
+
+def receptive_field(model: Any, latent: str | Sequence[str]) -> ReceptiveField:
+    """Walk a graph (1-D convs, time on the last axis) from `latent` to its first output.
+
+    `latent`: the input at one step per frame, or several (e.g. the flow's z_p and frame
+    mask), each (N, C, T). Each dynamic tensor is tracked as (steps per latent frame, rank,
+    reach back, reach ahead): a conv of kernel k, dilation d, begin pad p adds (k-1)d - p
+    back and p ahead; a transposed conv of stride s multiplies what it reads by s, then adds
+    p back and (k-1)d - p ahead; pointwise and channel ops take the widest of their inputs.
+    ValueError on an op whose reach is not known (the caller keeps the graph whole)."""
     from onnx import numpy_helper
 
-    graph = decoder.graph
+    graph = model.graph
     consts = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
     for n in graph.node:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
             consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
-    state: dict[str, tuple[int, int, int, int]] = {latent: (1, 3, 0, 0)}
+    starts = [latent] if isinstance(latent, str) else list(latent)
+    state: dict[str, tuple[int, int, int, int]] = {x: (1, 3, 0, 0) for x in starts}
+    shapes: dict[str, tuple[int, int]] = {}  # Shape(signal): (steps per frame, rank)
     for n in graph.node:
+        if any(x in shapes for x in n.input):
+            if n.op_type != "ConstantOfShape":
+                raise ValueError(f"{n.name}: {n.op_type} of a signal's shape is not known")
+            out = (*shapes[n.input[0]], 0, 0)  # a constant: it depends on no frame
+            state[n.output[0]] = out
+            continue
         ins = [state[x] for x in n.input if x in state]
         if not ins:
             continue
@@ -92,6 +145,11 @@ def receptive_field(decoder: Any, latent: str) -> ReceptiveField:  # onnx.ModelP
             if len({(s[0], s[1]) for s in ins}) != 1:
                 raise ValueError(f"{n.name}: inputs at different rates")
             out = (ins[0][0], ins[0][1], max(s[2] for s in ins), max(s[3] for s in ins))
+        elif n.op_type in _CHANNEL:
+            out = _channel_op(n, state, consts)
+        elif n.op_type == "Shape" and not n.attribute:
+            shapes[n.output[0]] = ins[0][:2]
+            continue
         elif n.op_type in ("Unsqueeze", "Squeeze") and n.input[0] in state:
             r, rank, back, ahead = state[n.input[0]]
             axes = _axes(n, consts)
@@ -104,5 +162,7 @@ def receptive_field(decoder: Any, latent: str) -> ReceptiveField:  # onnx.ModelP
             raise ValueError(f"{n.name}: {n.op_type} has no known receptive field")
         for o in n.output:
             state[o] = out
+    if graph.output[0].name not in state:
+        raise ValueError(f"{graph.output[0].name} does not depend on {', '.join(starts)}")
     hop, _, back, ahead = state[graph.output[0].name]
     return ReceptiveField(hop, back, ahead)

