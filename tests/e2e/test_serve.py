@@ -100,3 +100,49 @@ def test_wyoming_synthesize_plain_and_streaming(daemon_factory, judge):
         assert wer(_norm(text), _norm(heard)) <= 0.2, heard
     d.signal(signal.SIGTERM)
     assert d.wait() == 0
+
+
+REPLY = ("Thank you for calling Acme Insurance. I have pulled up the claim you opened last "
+         "week for the water damage in your kitchen. The adjuster visited your home on "
+         "Tuesday and uploaded the photos and the repair estimate the same afternoon. Based "
+         "on that estimate, the covered amount comes to two thousand four hundred dollars, "
+         "less your deductible of five hundred dollars. The payment will be sent to the "
+         "account on file within five business days, and you will receive a confirmation "
+         "by email once it has been issued. Is there anything else I can help you with?")
+
+
+def _download(d, text: str) -> tuple[float, float]:
+    """(seconds to download the reply, seconds of audio in it) for one POST /v1/tts."""
+    import time
+
+    import aiohttp
+
+    base = _listener(d, "tcp://").replace("tcp://", "http://")
+
+    async def go() -> tuple[float, float]:
+        async with aiohttp.ClientSession() as s:
+            t0 = time.monotonic()
+            async with s.post(f"{base}/v1/tts", json={"text": text, "format": "s16le",
+                                                      "rate_hz": 16000}) as r:
+                assert r.status == 200, await r.text()
+                data = await r.read()
+            return time.monotonic() - t0, len(data) / 2 / 16000
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("work_conserving", [True, False])
+def test_an_idle_daemon_hands_a_download_out_as_fast_as_it_makes_it(daemon_factory,
+                                                                  work_conserving):
+    """A client that drains its reply at once gets it at the engine's speed, not paced to
+    real time (the lookahead bounds only streams nobody is draining faster)."""
+    d = daemon_factory(overrides=(f"workers.work_conserving={str(work_conserving).lower()}",
+                                  "workers.count=1")).start()
+    d.wait_ready()
+    took_s, audio_s = _download(d, REPLY)
+    assert audio_s > 25.0
+    if work_conserving:  # the engine's RTF is ~0.1 at one thread here: ~3 s of work
+        assert took_s < 0.5 * audio_s, (took_s, audio_s)
+    else:  # paced: played out in real time but for the lookahead and the ring
+        assert took_s > audio_s - 3.0 - 1.0, (took_s, audio_s)
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0

@@ -72,6 +72,9 @@ class PlaybackRing:
     def available(self) -> int:
         return self.fill
 
+    def room(self) -> int:
+        return self.capacity - self.fill
+
     def set_playing(self, playing: bool) -> None:
         self.playing = playing
 

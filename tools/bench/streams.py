@@ -84,7 +84,8 @@ def _pool(loop: asyncio.AbstractEventLoop, **workers):
                        **workers)
     setup = WorkerSetup(tts=TtsConfig(), vad=VadConfig(), cache_dir="/tmp/cosyvoiced-bench",
                         state_dir=None, policy=wc.policy, lookahead_s=wc.lookahead_s,
-                        first_audio_s=wc.first_audio_s, clause_max_chars=wc.clause_max_chars,
+                        first_audio_s=wc.first_audio_s, work_conserving=wc.work_conserving,
+                        clause_max_chars=wc.clause_max_chars,
                         vad_capacity=2048, log_level="warning")
     pool = WorkerPool(wc, setup)
     loop.run_until_complete(pool.start())

@@ -70,6 +70,12 @@ class WorkersConfig:
     until its worker can keep every speaking stream fed with it playing (deadline check
     of their next clauses over 4 s); on a lightly loaded worker it leaves at once. 0: never
     hold (a burst of new requests on a busy worker then starts streams it cannot feed)."""
+    work_conserving: bool = opt(True)
+    """When no stream is due, spare worker time makes audio beyond `lookahead_s` for the
+    stream with the least in its ring, as far as the ring has room: a download or a
+    Wyoming client gets audio as fast as the worker makes it; streams with a deadline
+    still go first (one ~1 s vocoder step later at most). false: every stream is paced
+    to `lookahead_s` ahead of real time."""
     clause_max_chars: int = opt(80, min=20, max=10000)
     """tts.decode = "clauses": workers cut clauses longer than this (tts.max_clause_chars
     when smaller): each clause is one uninterruptible ONNX run, so a long one delays every

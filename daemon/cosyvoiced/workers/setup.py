@@ -25,6 +25,7 @@ class WorkerSetup:
     policy: str = "edf"
     lookahead_s: float = 3.0
     first_audio_s: float = 2.5
+    work_conserving: bool = True
     clause_max_chars: int = 80
     vad_capacity: int = 1024
     """VAD slots per rate in one worker."""

@@ -84,15 +84,15 @@ def clauses_gen(job: SayJob, _stream: object):
         yield FakeChunk(np.zeros(n, np.float32), i == len(lengths) - 1)
 
 
-def make_sched(policy: str = "edf", lookahead_s: float = 1.5):
+def make_sched(policy: str = "edf", lookahead_s: float = 1.5, work_conserving: bool = True):
     events: list[object] = []
     sched = TtsScheduler(clauses_gen, events.append, policy=policy, lookahead_s=lookahead_s,
-                         clock=lambda: 0.0)
+                         work_conserving=work_conserving, clock=lambda: 0.0)
     return sched, events
 
 
 def test_edf_serves_the_stream_closest_to_running_dry():
-    sched, _ = make_sched()
+    sched, _ = make_sched(work_conserving=False)
     rings = {name: PlaybackRing() for name in "abc"}
     for name, ring in rings.items():
         sched.open(name, ring, RATE)
@@ -104,6 +104,37 @@ def test_edf_serves_the_stream_closest_to_running_dry():
     rings["a"].fill = rings["c"].fill = 1500
     assert sched.pick(0.0) is None
     assert sched.wake_in(0.0) is not None
+
+
+def steps_of(text: str):
+    """What the engine would say of the clauses_gen steps left (whole-graph steps)."""
+    from cosyvoiced.tts.synth import Step
+
+    return lambda: [Step(0, int(n) / RATE) for n in text.split()]
+
+
+def test_spare_time_goes_beyond_the_lookahead_while_the_ring_has_room():
+    sched, _ = make_sched()
+    a, b = PlaybackRing(capacity=2000), PlaybackRing()
+    for name, ring in (("a", a), ("b", b)):
+        sched.open(name, ring, RATE)
+        job = SayJob(1, "500 500 500", None, 0.0)
+        job.steps = steps_of(job.text)
+        sched.say(name, job)
+    a.fill, b.fill = 1500, 100  # a: at its lookahead, room for one step
+    assert sched.pick(0.0).id == "b"  # due first: deadlines before spare time
+    b.fill = 1700  # nobody due: the one with least in its ring gets a spare step
+    assert sched.pick(0.0).id == "a"
+    a.fill = 1900  # 0.1 s of room for a 0.5 s step: made now, it would wait in memory
+    assert sched.pick(0.0).id == "b"
+    b.fill = 1 << 20
+    assert sched.pick(0.0) is None
+    assert sched.wake_in(0.0) == pytest.approx(0.4)  # when a's ring has room at 1x
+    off, _ = make_sched(work_conserving=False)
+    off.open("a", PlaybackRing(), RATE)
+    off.say("a", SayJob(1, "500", None, 0.0))
+    off.streams["a"].ring.fill = 1600
+    assert off.pick(0.0) is None
 
 
 def test_new_request_goes_before_streams_that_have_audio_ahead():

@@ -84,8 +84,8 @@ class WorkerPool:
         setup = WorkerSetup(
             tts=config.tts, vad=config.vad, cache_dir=svc.cache_dir, state_dir=svc.state_dir,
             onnx_threads=w.onnx_threads, policy=w.policy, lookahead_s=w.lookahead_s,
-            first_audio_s=w.first_audio_s, clause_max_chars=w.clause_max_chars,
-            vad_capacity=w.vad_slots, vad_tick_ms=w.vad_tick_ms, log_level=config.log.level,
+            first_audio_s=w.first_audio_s, work_conserving=w.work_conserving,
+            clause_max_chars=w.clause_max_chars, vad_capacity=w.vad_slots, vad_tick_ms=w.vad_tick_ms, log_level=config.log.level,
             log_sink=config.log.sink, journal_socket=config.log.journal_socket,
             asr=config.asr)
         return cls(w, setup, health=health, publish=publish)

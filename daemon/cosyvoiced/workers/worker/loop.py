@@ -61,6 +61,7 @@ class Worker:
                                 cache_dir=setup.cache_dir, state_dir=setup.state_dir)
         self.tts = TtsScheduler(self._make_gen, self._send, policy=setup.policy,
                                 lookahead_s=setup.lookahead_s, first_audio_s=setup.first_audio_s,
+                                work_conserving=setup.work_conserving,
                                 on_clause=self.meter.add_clause)
         self.vad = VadTicker(self._make_vad, setup.vad_tick_ms / 1000)
         self._vads: dict[int, SileroBatch] = {}

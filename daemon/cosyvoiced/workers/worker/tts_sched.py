@@ -19,6 +19,12 @@ holds, `prebuffer_s` is buffered, or the budget is spent. A burst of new request
 busy worker thus starts them one after another with a buffer instead of starting all and
 underrunning all.
 
+Work-conserving: when no stream is due (every one has `lookahead_s` ahead), a spare
+step goes to the stream with the least audio in its ring, if the ring has room for what
+the step makes (so nothing waits in worker memory): a consumer that drains its ring at
+once (a download, a Wyoming client) gets audio as fast as the worker makes it, while
+streams with a deadline (calls, sound cards) still go first, one step later at most.
+
 "fifo" is the naive baseline kept for comparison: steps in the order streams became
 ready for them, no lookahead bound, no hold.
 
@@ -48,11 +54,15 @@ SUSTAINABLE_LOAD = 1.5
 """Above this modelled load (speaking streams x RTF) first audio is never held."""
 PENDING_RETRY_S = 0.01
 """How soon to retry writing audio that did not fit in a full ring."""
+AHEAD_STEP_S = 2.0
+"""Room a stream's ring must have for a step served beyond its lookahead when the step's
+audio is not known yet (a request not started: its first steps are small)."""
 
 
 class ProducerRing(Protocol):
     def write(self, samples: np.ndarray) -> int: ...
     def available(self) -> int: ...
+    def room(self) -> int: ...
     def set_playing(self, playing: bool) -> None: ...
     def request_flush(self) -> None: ...
 
@@ -114,7 +124,7 @@ class TtsScheduler:
 
     def __init__(self, make_gen: MakeGen, emit: Emit, *, policy: str = "edf",
                  lookahead_s: float = 3.0, first_audio_s: float = 0.0,
-                 prebuffer_s: float = 3.0,
+                 prebuffer_s: float = 3.0, work_conserving: bool = True,
                  on_clause: Callable[[float, float], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
                  timer: Callable[[], float] = time.perf_counter) -> None:
@@ -127,6 +137,7 @@ class TtsScheduler:
         self._seq = itertools.count(1)
         self.costs = ClauseCosts()
         self.prebuffer_s = prebuffer_s
+        self.work_conserving = work_conserving
         self.set_policy(policy, lookahead_s, first_audio_s)
 
     def set_policy(self, policy: str, lookahead_s: float,
@@ -265,19 +276,39 @@ class TtsScheduler:
         edf = self.policy == "edf"
         # Beyond capacity no schedule keeps everyone fed: new requests go first again.
         budget = self.first_audio_s if edf and self._sustainable() else 0.0
+        spare: TtsStream | None = None
+        spare_key: tuple[int, int] = (0, 0)
         for stream in self.streams.values():
             if not stream.has_work():
                 continue
             if edf:
                 ahead = stream.ahead_s(now_s)
                 if ahead >= self.lookahead_s:
+                    if best is None and self._has_room(stream):
+                        key2 = (stream.ring.available(), stream.ready_seq)
+                        if spare is None or key2 < spare_key:
+                            spare, spare_key = stream, key2
                     continue
                 key = (self.slack_s(stream, now_s, ahead, budget), stream.ready_seq)
             else:
                 key = (0.0, stream.ready_seq)
             if best is None or key < best_key:
                 best, best_key = stream, key
-        return best
+        return best if best is not None else spare
+
+    def _room_short(self, stream: TtsStream) -> float | None:
+        """Seconds of ring room `stream` lacks for a step beyond its lookahead (0: it may
+        have one now), or None where it may not (work-conserving off, audio held or
+        pending: nothing is made that would wait in worker memory)."""
+        if not self.work_conserving or stream.hold_until_s is not None or stream.pending:
+            return None
+        job = stream.job if stream.job is not None else stream.jobs[0]
+        step = next(iter(job.steps()), None) if job.steps is not None else None
+        need_s = step.speech_s + step.pause_s if step is not None else AHEAD_STEP_S
+        return max(0.0, need_s - stream.ring.room() / stream.rate_hz)
+
+    def _has_room(self, stream: TtsStream) -> bool:
+        return self._room_short(stream) == 0.0
 
     def wake_in(self, now_s: float) -> float | None:
         """Seconds until a waiting stream becomes eligible or pending audio may fit."""
@@ -291,6 +322,9 @@ class TtsScheduler:
             if stream.has_work():
                 w = max(0.0, stream.ahead_s(now_s) - self.lookahead_s) \
                     if self.policy == "edf" else 0.0
+                short = self._room_short(stream) if w > 0 else None
+                if short is not None:  # room comes at real-time pace at the slowest
+                    w = min(w, max(PENDING_RETRY_S, short))
                 wait = w if wait is None else min(wait, w)
         return wait
 
