@@ -183,3 +183,58 @@ def test_barge_in_stops_speech_quickly(daemon_factory):
     assert (times > vad[0] + 0.02).sum() <= 1  # at most one frame after the event
     d.signal(signal.SIGTERM)
     assert d.wait(60) == 0
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(x.split()[1]) for x in f if x.startswith("VmRSS:")) / 1024
+
+
+def test_a_peer_flooding_audio_holds_bounded_memory_while_a_caller_is_served(daemon_factory):
+    """A peer sending 4 KiB audio frames as fast as TCP goes (~16x real time and more)
+    costs the daemon a bounded backlog (the rest dropped and counted), and a caller on
+    the same daemon still hears its greeting."""
+    from cosyvoiced.serve.audiosocket.frames import Audio
+
+    d = daemon_factory(overrides=(f'audiosocket.greeting="{GREETING}"',)).start()
+    d.wait_ready()
+    host, port, http = _ports(d)
+    base_mb = _rss_mb(d.proc.pid)
+    frame = Audio(np.zeros(2048, dtype="<i2").tobytes()).encode()
+
+    async def flood() -> tuple[int, float]:
+        peer = Peer(host, port)
+        await peer.connect()
+        sent, peak, t0 = 0, 0.0, time.monotonic()
+        while time.monotonic() - t0 < 6.0 and not peer.closed:
+            await peer.send_raw(frame * 16)
+            sent += 16
+            if sent % 1024 == 0:
+                peak = max(peak, _rss_mb(d.proc.pid))
+        await peer.hangup()
+        return sent, peak
+
+    async def caller() -> Peer:
+        await asyncio.sleep(1.0)
+        peer = Peer(host, port)
+        await peer.connect()
+        await peer.play(np.zeros(8000 * 3, dtype=np.int16))
+        await peer.hangup()
+        return peer
+
+    async def main():
+        return await asyncio.gather(flood(), caller())
+
+    (sent, peak_mb), honest = asyncio.run(main())
+    audio_s = sent * 2048 / 8000
+    assert audio_s > 60, sent  # the peer did send far faster than real time
+    # the backlog is 2 s of float32 at 8 kHz per call: 64 KB; allow for everything else
+    assert peak_mb - base_mb < 64, (base_mb, peak_mb)
+    assert honest.call.received_samples().shape[0] > 8000  # the greeting reached the caller
+    with urllib.request.urlopen(f"{http}/metrics", timeout=10) as r:
+        metrics = r.read().decode()
+    dropped = sum(float(ln.split()[-1]) for ln in metrics.splitlines()
+                  if ln.startswith("cosyvoiced_dropped_frames_total") and 'kind="call"' in ln)
+    assert dropped > 0.5 * audio_s * 8000 / 160, dropped  # frames of 20 ms, counted
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0

@@ -105,7 +105,8 @@ class FakeSpeech:
         self.requests.append((text, options))
         return FakeSynthesis(text, self.first_audio_s)
 
-    async def listen(self, rate_hz: int, stream_id: str) -> FakeListening:
+    async def listen(self, rate_hz: int, stream_id: str,
+                     backlog_s: float | None = 30.0) -> FakeListening:
         if self.active >= self.capacity:
             raise Overloaded("no capacity left")
         lis = FakeListening(rate_hz)

@@ -41,6 +41,9 @@ READ_CHUNK_S = 0.25
 """Most audio one read of a playback ring takes: a buffer this size per request, not the
 ring's (several seconds, touched page by page as it fills: memory per stream)."""
 CLOSE_TIMEOUT_S = 30.0
+BACKLOG_S = 30.0
+"""Audio a real-time listen stream may hold beyond its capture ring (a client sending a
+recording faster than real time, a worker behind): ~1.9 MB at 16 kHz."""
 
 
 class Synthesis(Protocol):
@@ -79,8 +82,11 @@ class Speech(Protocol):
                          stream_id: str) -> Synthesis:
         """Check and admit a request (typed errors here), then stream its audio."""
 
-    async def listen(self, rate_hz: int, stream_id: str) -> Listening:
-        """Admit a listening stream at `rate_hz` (8000 or 16000)."""
+    async def listen(self, rate_hz: int, stream_id: str,
+                     backlog_s: float | None = BACKLOG_S) -> Listening:
+        """Admit a listening stream at `rate_hz` (8000 or 16000). `backlog_s`: audio it
+        may hold beyond its capture ring before more is dropped (None: an upload, whose
+        size its request already bounds, kept whole)."""
 
 
 # --- the worker pool behind the interface -----------------------------------------
@@ -138,17 +144,16 @@ class PoolListening:
     publishes them on the daemon's event bus).
 
     Audio that does not fit in the ring now (an upload, a client sending faster than
-    real time, a worker behind) is kept in order and pumped in as the worker reads;
-    frames are dropped (and counted) only once `BACKLOG_MAX_S` is held, except a single
-    feed of `BULK_S` or more (an upload), which is always kept whole."""
+    real time, a worker behind) is kept in order and pumped in as the worker reads, up to
+    `backlog_s` of it: a feed that would go beyond is dropped (counted in `dropped`,
+    logged once per stream), so a peer sending faster than real time holds a bounded
+    amount of memory. Uploads (`backlog_s` None) are kept whole."""
 
-    BULK_S = 0.25
-    BACKLOG_MAX_S = 30.0
-
-    def __init__(self, handle: ListenHandle) -> None:
+    def __init__(self, handle: ListenHandle, backlog_s: float | None = BACKLOG_S) -> None:
         self.handle = handle
         self.rate_hz = handle.rate_hz
         self.dropped = 0
+        self._backlog_max = None if backlog_s is None else int(backlog_s * self.rate_hz)
         self._events: asyncio.Queue[ListenEvent | None] = asyncio.Queue()
         self._finals: list[Transcript] = []
         self._returned = 0
@@ -165,13 +170,16 @@ class PoolListening:
             return
         if not self._backlog and self.handle.ring.write(samples):
             return
-        if n >= self.BULK_S * self.rate_hz or self._backlog_n < self.BACKLOG_MAX_S * self.rate_hz:
-            self._backlog.append(samples)
-            self._backlog_n += n
-            if self._pump is None or self._pump.done():
-                self._pump = asyncio.create_task(self._run_pump())
-        else:
+        if self._backlog_max is not None and self._backlog_n + n > self._backlog_max:
+            if not self.dropped:
+                log.warning("listen_backlog_full", stream_id=self.handle.stream_id,
+                            backlog_s=self._backlog_max / self.rate_hz)
             self.dropped += n
+            return
+        self._backlog.append(samples)
+        self._backlog_n += n
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.create_task(self._run_pump())
 
     async def _run_pump(self) -> None:
         ring = self.handle.ring
@@ -256,9 +264,10 @@ class PoolSpeech:
             raise
         return PoolSynthesis(handle, request_id, fmt)
 
-    async def listen(self, rate_hz: int, stream_id: str) -> PoolListening:
+    async def listen(self, rate_hz: int, stream_id: str,
+                     backlog_s: float | None = BACKLOG_S) -> PoolListening:
         handle = await self.pool.open_listen_stream(rate_hz, stream_id=stream_id)
-        return PoolListening(handle)
+        return PoolListening(handle, backlog_s)
 
 
 _serial = iter(range(1, 1 << 62))

@@ -244,7 +244,7 @@ def test_pool_listening_pumps_an_upload_bigger_than_the_ring_and_waits_for_the_a
                     got.append(buf[:n].copy())
                 await asyncio.sleep(0.001)
 
-        lis = PoolListening(Handle())  # type: ignore[arg-type]
+        lis = PoolListening(Handle(), backlog_s=None)  # type: ignore[arg-type]  # an upload
         task = asyncio.create_task(consumer())
         upload = np.arange(40_000, dtype=np.float32) / 40_000  # 5 s: ten times the ring
         lis.feed(upload)
@@ -258,3 +258,38 @@ def test_pool_listening_pumps_an_upload_bigger_than_the_ring_and_waits_for_the_a
     assert dropped == 0
     assert np.array_equal(data, np.arange(40_000, dtype=np.float32) / 40_000)
     assert [t.text for t in finals] == ["hello"]
+
+
+def test_a_real_time_listen_stream_holds_a_bounded_backlog_and_counts_the_rest():
+    """A peer sending faster than real time (AudioSocket 4 KiB frames as fast as TCP
+    goes, Wyoming or WebSocket 1 MiB chunks) holds `backlog_s` beyond the ring, no more."""
+    import asyncio
+
+    from cosyvoiced.audio.ring import Ring
+    from cosyvoiced.serve.speech import PoolListening
+
+    async def main() -> tuple[int, int, int]:
+        ring = Ring.create(4096, policy="drop")  # nobody reads it: the worker is behind
+
+        class Handle:
+            stream_id, rate_hz, closed = "c", 8000, False
+
+            def __init__(self) -> None:
+                self.ring = ring
+                self.events: asyncio.Queue = asyncio.Queue()
+
+        lis = PoolListening(Handle(), backlog_s=2.0)  # type: ignore[arg-type]
+        frame = np.zeros(2048, np.float32)  # a 4 KiB slin frame: 0.256 s
+        for _ in range(1000):  # 256 s of audio in no time
+            lis.feed(frame)
+        await asyncio.sleep(0.05)
+        held = lis._backlog_n
+        lis.feed(np.zeros(8000 * 60, np.float32))  # one huge chunk: dropped whole
+        ring.close()
+        ring.unlink()
+        return held, lis.dropped, lis._backlog_n
+
+    held, dropped, after = asyncio.run(main())
+    assert held <= 2 * 8000 and held >= 2 * 8000 - 2048  # 2 s held beyond the ring
+    assert dropped == 1000 * 2048 - 4096 - held + 8000 * 60  # everything else counted
+    assert after == held

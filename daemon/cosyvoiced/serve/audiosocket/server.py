@@ -26,6 +26,9 @@ log = structlog.get_logger(__name__)
 
 TICK_S = FRAME_SAMPLES / RATE_HZ
 ACCEPTED_KINDS = frozenset({Kind.HANGUP, Kind.UUID, Kind.DTMF, Kind.SLIN, Kind.ERROR})
+CALL_BACKLOG_S = 2.0
+"""Caller audio a call may hold beyond its capture ring: Asterisk sends 20 ms every 20 ms,
+so more is a peer sending faster than real time (dropped, counted, logged)."""
 
 
 class UnknownCall(CosyvoicedError):
@@ -92,7 +95,7 @@ class AudioSocketServer:
         try:
             self.streams.open("call", call_id)
             try:
-                listening = await self.speech.listen(RATE_HZ, call_id)
+                listening = await self.speech.listen(RATE_HZ, call_id, CALL_BACKLOG_S)
             except BaseException:
                 self.streams.close(call_id)
                 raise

@@ -21,7 +21,7 @@ from cosyvoiced.audio.codec import s16_to_f32
 from cosyvoiced.audio.resample import SUPPORTED_RATES_HZ, StreamResampler
 from cosyvoiced.listen.events import EventBus, Transcript, VoiceStarted, VoiceStopped
 from cosyvoiced.serve.errors import api_error, as_api_error, status_of
-from cosyvoiced.serve.speech import Listening, Speech, Synthesis, Unavailable
+from cosyvoiced.serve.speech import BACKLOG_S, Listening, Speech, Synthesis, Unavailable
 from cosyvoiced.serve.streams import Refused, Streams
 from cosyvoiced.tts.errors import TtsError
 from cosyvoiced.tts.request import SynthesisOptions
@@ -82,13 +82,14 @@ class ListenRoutes:
         app.router.add_get("/v1/events", self.events)
         app.router.add_get("/v1/stream", self.stream)
 
-    async def _listen(self, rate_hz: int, kind: str) -> tuple[Listening, str]:
+    async def _listen(self, rate_hz: int, kind: str,
+                      backlog_s: float | None = BACKLOG_S) -> tuple[Listening, str]:
         try:
             info = self.streams.open(kind)
         except Refused as exc:
             raise as_api_error(exc) from None
         try:
-            return await self.speech.listen(rate_hz, info.id), info.id
+            return await self.speech.listen(rate_hz, info.id, backlog_s), info.id
         except Unavailable as exc:
             self.streams.close(info.id)
             raise as_api_error(exc) from None
@@ -104,7 +105,7 @@ class ListenRoutes:
         if listen_rate != rate:
             rs = StreamResampler(rate, listen_rate)
             samples = np.concatenate([rs.process(samples), rs.flush()])
-        listening, stream_id = await self._listen(listen_rate, "transcribe")
+        listening, stream_id = await self._listen(listen_rate, "transcribe", backlog_s=None)
         try:
             listening.feed(samples)
             finals = await listening.close()
