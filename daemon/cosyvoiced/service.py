@@ -131,6 +131,12 @@ class Daemon:
                 watchdog = Watchdog(self.notifier, self.health, interval_s)
                 watchdog.start()
                 log.info("watchdog_on", ping_every_s=interval_s)
+                hang_s = self.config.workers.hang_restart_s
+                if not hang_s or hang_s >= 2 * interval_s:  # WATCHDOG_USEC is twice the ping
+                    log.warning("hang_restart_after_watchdog", hang_restart_s=hang_s,
+                                watchdog_s=2 * interval_s,
+                                hint="a hung sole worker would get the whole service killed; "
+                                     "set workers.hang_restart_s below WatchdogSec")
             await self._serve()
             await self._shutdown()
         finally:

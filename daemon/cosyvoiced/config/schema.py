@@ -89,7 +89,7 @@ class WorkersConfig:
     """First delay before restarting a worker that keeps dying (doubles per death/min)."""
     restart_backoff_max_s: float = opt(30.0, min=0.0, max=3600.0, live=True)
     """Longest restart delay."""
-    hang_restart_s: float = opt(30.0, min=0.0, max=3600.0, live=True)
+    hang_restart_s: float = opt(10.0, min=0.0, max=3600.0, live=True)
     """Kill and replace a worker whose heartbeat stopped this long ago; 0: never."""
     vad_tick_ms: float = opt(16.0, min=1.0, max=1000.0)
     """How often a worker gathers full VAD windows into one batched run."""

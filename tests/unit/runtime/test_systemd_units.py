@@ -135,3 +135,25 @@ def test_unit_sets_the_fd_and_nice_limits(repo_root):
     nice = settings["LimitNICE"]
     raw = 20 - int(nice) if nice[0] in "+-" else int(nice)
     assert raw >= 20, nice
+
+
+WORKER_START_S = 5.0
+"""Longest a replacement worker takes to beat (no warm spare: spawn, load, warm up; the
+daemon's whole start-up to READY measured ~3 s)."""
+
+
+def test_a_stuck_worker_is_replaced_well_before_systemd_would_kill_the_service(repo_root):
+    """The watchdog is withheld only when no worker makes progress; with one worker that
+    hangs, the pool must have replaced it (hang_restart_s, then a start) before
+    WatchdogSec runs out, and the health stall limit must be shorter still."""
+    from cosyvoiced.config.schema import Config
+
+    watchdog_s = float(_unit_settings(repo_root)["WatchdogSec"].removesuffix("s"))
+    configs = {"defaults": {}} | {p.name: tomllib.loads(p.read_text())
+                                  for p in (repo_root / "configs").glob("*.toml")}
+    defaults = Config()
+    for name, raw in configs.items():
+        hang = raw.get("workers", {}).get("hang_restart_s", defaults.workers.hang_restart_s)
+        stall = raw.get("service", {}).get("health_stall_s", defaults.service.health_stall_s)
+        assert 0 < hang and hang + WORKER_START_S < watchdog_s, (name, hang, watchdog_s)
+        assert stall < watchdog_s / 2, (name, stall, watchdog_s)

@@ -6,7 +6,9 @@ reads their messages, and notices deaths through process sentinels. A dead worke
 slot is taken over by the spare at once (it re-pins itself to the slot's CPUs), the
 slot's streams are re-opened there, their in-flight requests end with a `worker_lost`
 error, and a new spare is spawned. A worker whose heartbeat stops for
-`hang_restart_s` is killed and replaced the same way. Restarts back off when a slot
+`hang_restart_s` is killed and replaced the same way (the service watchdog sees the
+workers only as a whole: it is withheld when no worker at all makes progress, so one stuck
+worker costs its own requests, not the service). Restarts back off when a slot
 keeps dying. The asyncio side opens streams (`open_tts_stream`, `open_listen_stream`)
 and gets `Overloaded` when the measured load says no worker can serve one more.
 """
@@ -40,6 +42,8 @@ log = structlog.get_logger(__name__)
 DEFAULT_TTS_RATE_HZ = 22050
 """Piper medium voices' own rate, used when neither the caller nor `tts.rate_hz` says."""
 CAPTURE_RING_S = 2.0
+WORKERS_PROBE = "workers"
+"""The health probe of the pool (see the module doc)."""
 SPARE_DELAY_S = 2.0
 """The warm spare starts this long after the pool is ready."""
 PLAYBACK_EXTRA_S = 4.0
@@ -126,9 +130,8 @@ class WorkerPool:
                 raise WorkerError(f"workers not ready within {timeout_s} s", code="worker_start")
             await asyncio.sleep(0.02)
         self.running = True
-        if self.health is not None:
-            for slot in self.slots:
-                self.health.register(f"worker{slot.index}", slot.heartbeat_s)
+        if self.health is not None:  # one stuck worker is the supervisor's to replace
+            self.health.register(WORKERS_PROBE, self.newest_heartbeat_s)
         if self.config.spare:  # a little later: not competing with the first requests
             self.supervisor.spawn_spare_in(SPARE_DELAY_S)
         log.info("workers_ready", count=len(self.slots), cpus=format_cpu_list(self.all_cpus),
@@ -136,13 +139,16 @@ class WorkerPool:
                  tts_rtf=[round(s.proc.ready_msg.tts_rtf, 4) for s in self.slots
                           if s.proc and s.proc.ready_msg])
 
+    def newest_heartbeat_s(self) -> float:
+        """Health probe: the latest loop turn of any worker (stalls only with none left)."""
+        return max(slot.heartbeat_s() for slot in self.slots)
+
     async def stop(self, timeout_s: float = 5.0) -> None:
         """Close every stream, stop the workers (killing stragglers), end the supervisor."""
         self.supervisor.closing = True
         self.running = False
         if self.health is not None:
-            for slot in self.slots:
-                self.health.unregister(f"worker{slot.index}")
+            self.health.unregister(WORKERS_PROBE)
         for handle in list(self._handles.values()):
             await handle.close()
         procs = self.supervisor.procs()
