@@ -30,6 +30,7 @@ STATUS: dict[str, int] = {
     "no_playback_device": 404,
     # too much to take
     "text_too_long": 413,
+    "request_entity_too_large": 413,
     # a body the route does not read
     "unsupported_media_type": 415,
     "unsupported_audio": 415,

@@ -143,11 +143,27 @@ def test_overloaded_and_cap_are_503():
 
 
 def test_body_too_large_is_413():
+    from cosyvoiced.serve.http.errors import MAX_JSON_BYTES
+
+    async def chunked(n: int):  # no Content-Length: the limit holds while reading
+        for _ in range(n):
+            yield b" " * 65536
+
     async def go(http, daemon):
-        async with http.post("/v1/tts", data=io.BytesIO(b"x" * (65 * 1024 * 1024)),
-                             headers={"Content-Type": "application/json"}) as r:
+        async with http.post("/v1/transcribe", data=io.BytesIO(b"x" * (65 * 1024 * 1024)),
+                             headers={"Content-Type": "audio/wav"}) as r:
             assert r.status == 413
             assert (await r.json())["error"]["code"] == "request_entity_too_large"
+        # JSON routes take far less than an upload: text of max_chars fits many times over
+        body = json.dumps({"text": "x" * 5000, "pad": " " * MAX_JSON_BYTES}).encode()
+        for data in (body, chunked(MAX_JSON_BYTES // 65536 + 2)):
+            async with http.post("/v1/tts", data=data,
+                                 headers={"Content-Type": "application/json"}) as r:
+                assert r.status == 413
+                assert (await r.json())["error"]["code"] == "request_entity_too_large"
+        async with http.post("/v1/tts", json={"text": "\u00e9" * 5000}) as r:
+            assert r.status == 200  # the longest text, escaped, is well within the limit
+        assert daemon.speech.active == 0
     run(go)
 
 

@@ -19,13 +19,33 @@ class ApiError(CosyvoicedError):
         super().__init__(message)
 
 
-async def read_json(request: web.Request) -> dict[str, Any]:
-    """The body as a JSON object, or 415/400 with what was wrong."""
+MAX_JSON_BYTES = 256 * 1024
+"""Largest JSON body a route reads: `tts.max_chars` (5000) of text even escaped as
+`\\uXXXX` is ~30 KB; SSML markup and the other fields fit in the rest. Uploads of audio
+have their own limit (`transcribe.MAX_UPLOAD_BYTES`)."""
+
+
+async def read_body(request: web.Request, limit: int) -> bytes:
+    """The whole body, or 413 `request_entity_too_large` as soon as it is over `limit` bytes (by its
+    Content-Length before reading, or while reading a chunked one)."""
+    too_large = ApiError(413, "request_entity_too_large", f"request body over {limit} bytes")
+    if request.content_length is not None and request.content_length > limit:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.content.iter_any():
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    return bytes(body)
+
+
+async def read_json(request: web.Request, limit: int = MAX_JSON_BYTES) -> dict[str, Any]:
+    """The body as a JSON object, or 415/413/400 with what was wrong."""
     ctype = request.content_type
     if ctype not in ("application/json", "text/json"):
         raise ApiError(415, "unsupported_media_type",
                        f"expected Content-Type application/json, got {ctype or 'none'}")
-    raw = await request.read()
+    raw = await read_body(request, limit)
     try:
         body = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:

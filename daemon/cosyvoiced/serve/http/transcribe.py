@@ -71,6 +71,34 @@ def decode_upload(body: bytes, content_type: str, rate_param: str | None) -> tup
     return pcm16_to_f32(data), rate
 
 
+def upload_rate(body: bytes, content_type: str, rate_param: str | None) -> int:
+    """The sample rate an upload declares (its WAV header, or `?rate_hz=` for raw PCM),
+    checked as `decode_upload` checks it, without converting the audio."""
+    if not body:
+        raise api_error("empty_audio", "the upload is empty")
+    if content_type in ("audio/wav", "audio/x-wav", "audio/wave") or body[:4] == b"RIFF":
+        try:
+            with wave.open(io.BytesIO(body)) as w:  # reads the header, not the frames
+                rate = w.getframerate()
+        except (wave.Error, EOFError) as exc:
+            raise api_error("bad_wav", f"not a readable WAV file: {exc}") from None
+        if rate not in SUPPORTED_RATES_HZ:
+            raise api_error("unsupported_rate", f"rate {rate} Hz; supported: "
+                            f"{', '.join(map(str, SUPPORTED_RATES_HZ))}")
+        return rate
+    return decode_upload(body[:2], content_type, rate_param)[1]
+
+
+def decode_at(body: bytes, content_type: str, rate_param: str | None,
+              rate_hz: int) -> np.ndarray:
+    """The upload's samples at `rate_hz`, decoded and resampled (run off the event loop)."""
+    samples, rate = decode_upload(body, content_type, rate_param)
+    if rate != rate_hz:
+        rs = StreamResampler(rate, rate_hz)
+        samples = np.concatenate([rs.process(samples), rs.flush()])
+    return samples
+
+
 @dataclass(frozen=True)
 class ListenRoutes:
     speech: Speech
@@ -99,14 +127,14 @@ class ListenRoutes:
 
     async def transcribe(self, request: web.Request) -> web.Response:
         t0 = time.monotonic()
-        samples, rate = decode_upload(await request.read(), request.content_type,
-                                      request.query.get("rate_hz"))
+        body, ctype = await request.read(), request.content_type
+        rate_param = request.query.get("rate_hz")
+        rate = upload_rate(body, ctype, rate_param)  # the header only: typed errors now
         listen_rate = rate if rate in LISTEN_RATES_HZ else 16000
-        if listen_rate != rate:
-            rs = StreamResampler(rate, listen_rate)
-            samples = np.concatenate([rs.process(samples), rs.flush()])
+        # admitted before the work of decoding, which runs off the event loop
         listening, stream_id = await self._listen(listen_rate, "transcribe", backlog_s=None)
         try:
+            samples = await asyncio.to_thread(decode_at, body, ctype, rate_param, listen_rate)
             listening.feed(samples)
             finals = await listening.close()
         finally:
