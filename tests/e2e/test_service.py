@@ -58,6 +58,15 @@ def test_lifecycle_ready_watchdog_reload_stop(daemon_factory):
 def test_frozen_event_loop_stops_watchdog_pings(daemon_factory):
     d = daemon_factory(watchdog_usec=400_000, overrides=("service.health_stall_s=0.5",)).start()
     d.wait_ready()
+    tcp = [x for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]
+           if x.startswith("tcp://")][0].replace("tcp://", "http://")
+    req = urllib.request.Request(f"{tcp}/v1/debug/stall", data=b'{"seconds": 3}',
+                                 headers={"Content-Type": "application/json"})
+    try:  # a local user over TCP may not stall the loop: the control socket only
+        urllib.request.urlopen(req, timeout=10)
+        raise AssertionError("debug endpoint answered over TCP")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 404
     time.sleep(0.6)
     assert _post_unix(str(d.socket), "/v1/debug/stall", {"seconds": 3}) == 202
     t0 = time.monotonic()

@@ -69,6 +69,12 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz"})
 """Answered without a token (probes from the box's own monitoring)."""
 
 
+def over_tcp(request: web.Request) -> bool:
+    """Did `request` come over TCP (any address, loopback too), not the control socket?"""
+    return isinstance(request.transport.get_extra_info("sockname"), tuple) \
+        if request.transport else False
+
+
 def bearer_auth(token: str) -> Any:
     """Requests over TCP need `Authorization: Bearer TOKEN`; the control socket is guarded
     by its file permissions instead."""
@@ -76,9 +82,7 @@ def bearer_auth(token: str) -> Any:
 
     @web.middleware
     async def check(request: web.Request, handler: Any) -> web.StreamResponse:
-        over_tcp = isinstance(request.transport.get_extra_info("sockname"), tuple) \
-            if request.transport else False
-        if over_tcp and request.path not in OPEN_PATHS:
+        if over_tcp(request) and request.path not in OPEN_PATHS:
             # back to the bytes sent: a header that is not UTF-8 arrives with surrogates
             got = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(got, expected):
@@ -131,8 +135,9 @@ def make_app(daemon: DaemonView, token: str = "") -> web.Application:
         return web.json_response(daemon.status())
 
     async def debug_seconds(request: web.Request) -> float:
-        if not daemon.debug:
-            raise web.HTTPNotFound(text="debug endpoints are off (service.debug)")
+        if not daemon.debug or over_tcp(request):  # local users may not stall the loop
+            raise web.HTTPNotFound(text="debug endpoints are off (service.debug) and only on "
+                                        "the control socket")
         try:
             seconds = float((await request.json()).get("seconds", 1.0))
         except (ValueError, TypeError, AttributeError):
