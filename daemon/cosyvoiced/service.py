@@ -19,6 +19,7 @@ import structlog
 
 from cosyvoiced import __version__
 from cosyvoiced.config import Config, ConfigError, ConfigProblem, changed_keys, load_config
+from cosyvoiced.config.addr import parse_allow_from
 from cosyvoiced.listen.asr import AsrError, bundled_model_dir
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.health import Health, Heartbeat
@@ -174,7 +175,8 @@ class Daemon:
             self.health.register("audiosocket_clock", lambda: clock.last_tick_s)
         if self.config.wyoming.enabled:
             self.wyoming = WyomingServer(self.speech, self.streams, self.config.wyoming.listen,
-                                         max_chars=self.config.tts.max_chars)
+                                         max_chars=self.config.tts.max_chars,
+                                         allow_from=self.config.wyoming.allow_from)
             await self.wyoming.start()
         self.devices = Devices(self.config.audio, self.speech, streams=self.streams,
                                metrics=self.metrics, health=self.health)
@@ -290,6 +292,10 @@ class Daemon:
         if self.pool:
             self.pool.reconfigure(self.config.workers)
             self.pool.reconfigure_listen(self.config.vad, self.config.asr)
+        if self.audiosocket:  # greeting, voice, barge-in, allow_from: read per call
+            self.audiosocket.config = self.config.audiosocket
+        if self.wyoming:
+            self.wyoming.allow = parse_allow_from(self.config.wyoming.allow_from)
         log.info("reloaded", applied=live, needs_restart=restart)
         if restart:
             log.warning("restart_needed", keys=restart)

@@ -83,3 +83,34 @@ class ListenAddress:
 def _expected(forms: Sequence[Form]) -> str:
     shapes = [_SHAPE[f] for f in forms]
     return " or ".join(shapes) if len(shapes) <= 2 else f"{', '.join(shapes[:-1])} or {shapes[-1]}"
+
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def parse_allow_from(cidrs: Sequence[str]) -> tuple[Network, ...]:
+    """`allow_from` as networks ("10.1.0.0/16", "192.0.2.7"); AddressError on a bad one."""
+    out = []
+    for cidr in cidrs:
+        try:
+            out.append(ipaddress.ip_network(cidr.strip(), strict=False))
+        except ValueError:
+            raise AddressError(f"{cidr!r}: expected an address or CIDR network, e.g. "
+                               f"10.1.0.0/16") from None
+    return tuple(out)
+
+
+def peer_allowed(peername: object, allow: Sequence[Network]) -> bool:
+    """May a peer at `peername` (an asyncio peername: a (host, port, ...) tuple, or
+    anything else for a Unix socket) connect? With no `allow` list, loopback only."""
+    if not isinstance(peername, tuple):
+        return True  # a Unix socket: its file permissions decide
+    try:
+        ip = ipaddress.ip_address(str(peername[0]).split("%", 1)[0])
+    except ValueError:
+        return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    ip = mapped or ip
+    if not allow:
+        return ip.is_loopback
+    return any(ip in net for net in allow if net.version == ip.version)

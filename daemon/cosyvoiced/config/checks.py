@@ -16,6 +16,7 @@ from cosyvoiced.config.addr import (
     AddressError,
     Form,
     ListenAddress,
+    parse_allow_from,
 )
 from cosyvoiced.config.cpus import CpuListError, parse_cpu_list
 from cosyvoiced.config.schema import ApiConfig, Config, VadConfig, WorkersConfig
@@ -25,9 +26,11 @@ def config_problems(config: Config) -> list[tuple[str, str]]:
     """Every cross-field problem of `config`: (dotted key, message)."""
     out = [*_workers(config.workers), *_api(config.api), *_vad(config.vad)]
     if config.audiosocket.enabled:
-        out += _listen("audiosocket.listen", config.audiosocket.listen, AUDIOSOCKET_FORMS)
+        out += _listen("audiosocket", config.audiosocket.listen, AUDIOSOCKET_FORMS,
+                       config.audiosocket.allow_from)
     if config.wyoming.enabled:
-        out += _listen("wyoming.listen", config.wyoming.listen, WYOMING_FORMS)
+        out += _listen("wyoming", config.wyoming.listen, WYOMING_FORMS,
+                       config.wyoming.allow_from)
     return out
 
 
@@ -69,10 +72,22 @@ def _vad(vad: VadConfig) -> list[tuple[str, str]]:
     return []
 
 
-def _listen(key: str, spec: str, forms: tuple[Form, ...]) -> list[tuple[str, str]]:
-    """An enabled server's address (a disabled one's is never read, so never refused)."""
+def _listen(section: str, spec: str, forms: tuple[Form, ...],
+            allow_from: tuple[str, ...]) -> list[tuple[str, str]]:
+    """An enabled server's address and who may connect (a disabled one's are never read,
+    so never refused). Its protocol has no authentication: beyond loopback, `allow_from`
+    must say which peers."""
     try:
-        ListenAddress.parse(spec, forms)
+        lis = ListenAddress.parse(spec, forms)
     except AddressError as exc:
-        return [(key, str(exc))]
+        return [(f"{section}.listen", str(exc))]
+    try:
+        allow = parse_allow_from(allow_from)
+    except AddressError as exc:
+        return [(f"{section}.allow_from", str(exc))]
+    if not lis.loopback and not allow:
+        return [(f"{section}.allow_from",
+                 f"{section}.listen {spec!r} is beyond loopback and the protocol has no "
+                 f"authentication: list the peers allowed in {section}.allow_from (e.g. "
+                 f'["10.1.2.3"] for the Asterisk box), and firewall the port')]
     return []

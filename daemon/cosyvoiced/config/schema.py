@@ -255,6 +255,10 @@ class AudioSocketConfig:
     """Accept Asterisk AudioSocket calls."""
     listen: str = opt("127.0.0.1:9092")
     """HOST:PORT to listen on."""
+    allow_from: tuple[str, ...] = opt((), live=True)
+    """Peers allowed to connect (addresses or CIDR networks, e.g. ["10.1.2.0/24"]): the
+    protocol has no authentication. Empty: loopback only; a `listen` address beyond
+    loopback needs it."""
     greeting: str = opt("", live=True)
     """Spoken to each caller when the call starts; empty: none."""
     voice: str = opt("", live=True)
@@ -282,6 +286,9 @@ class WyomingConfig:
     """Serve the Wyoming protocol."""
     listen: str = opt("tcp://127.0.0.1:10200")
     """tcp://HOST:PORT or unix:PATH."""
+    allow_from: tuple[str, ...] = opt((), live=True)
+    """Peers allowed to connect over TCP (addresses or CIDR networks): the protocol has no
+    authentication. Empty: loopback only; a `listen` address beyond loopback needs it."""
 
 
 @dataclass(frozen=True, kw_only=True)

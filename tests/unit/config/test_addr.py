@@ -68,3 +68,19 @@ def test_loopback(spec, loopback):
 
 def test_error_code_is_stable():
     assert AddressError.code == "listen_failed"
+
+
+def test_allow_from_parses_networks_and_peers_are_checked_against_them():
+    from cosyvoiced.config.addr import AddressError, parse_allow_from, peer_allowed
+
+    allow = parse_allow_from(["10.1.2.0/24", "192.0.2.7", "2001:db8::/32"])
+    assert peer_allowed(("10.1.2.99", 5000), allow)
+    assert peer_allowed(("::ffff:10.1.2.5", 5000, 0, 0), allow)  # v4-mapped on a v6 socket
+    assert peer_allowed(("2001:db8::1", 1, 0, 0), allow)
+    assert not peer_allowed(("10.1.3.1", 5000), allow)
+    assert not peer_allowed(("127.0.0.1", 5000), allow)  # listed networks only
+    assert peer_allowed(("127.0.0.1", 5000), ()) and peer_allowed(("::1", 1, 0, 0), ())
+    assert not peer_allowed(("10.1.2.99", 5000), ())  # empty: loopback only
+    assert peer_allowed(None, ()) and peer_allowed("", ())  # a Unix socket
+    with pytest.raises(AddressError, match="CIDR"):
+        parse_allow_from(["10.1.2.0/33"])

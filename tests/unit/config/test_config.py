@@ -130,6 +130,20 @@ def test_check_config_cli(repo_root, tmp_path):
     assert "workers.onnx_threads" in res.stderr and res.stdout == ""
 
 
+@pytest.mark.parametrize(("section", "listen"), [("audiosocket", "0.0.0.0:9092"),
+                                                ("wyoming", "tcp://0.0.0.0:10200")])
+def test_servers_without_auth_need_allow_from_beyond_loopback(tmp_path, section, listen):
+    (msg,) = _problems(f'[{section}]\nenabled = true\nlisten = "{listen}"\n', tmp_path)
+    assert f"{section}.allow_from" in msg and "authentication" in msg
+    (msg,) = _problems(f'[{section}]\nenabled = true\nlisten = "{listen}"\n'
+                       f'allow_from = ["10.0.0.0/99"]\n', tmp_path)
+    assert f"{section}.allow_from" in msg and "CIDR" in msg
+    path = tmp_path / "ok.toml"
+    path.write_text(f'[{section}]\nenabled = true\nlisten = "{listen}"\n'
+                    f'allow_from = ["10.1.2.3", "10.9.0.0/16"]\n')
+    assert getattr(load_config(path), section).allow_from == ("10.1.2.3", "10.9.0.0/16")
+
+
 def test_listening_beyond_loopback_needs_a_token(tmp_path):
     msgs = _problems('[api]\nlisten = ["tcp://0.0.0.0:8080"]\n', tmp_path)
     assert len(msgs) == 1 and "api.token" in msgs[0] and "0.0.0.0" in msgs[0]

@@ -4,11 +4,13 @@ in the end-to-end suite)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 
 import numpy as np
 import pytest
 
+from cosyvoiced.config.addr import parse_allow_from, peer_allowed
 from cosyvoiced.config.schema import AudioSocketConfig
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.metrics import Metrics
@@ -309,3 +311,26 @@ def test_call_that_cannot_be_built_releases_its_listen_stream(monkeypatch):
         await server.stop()
         assert len(speech.listens) == 2 and speech.closed == speech.listens
     asyncio.run(main())
+
+
+def test_a_peer_not_in_allow_from_is_closed_before_anything_is_read():
+    async def main():
+        server = await _server(allow_from=("192.0.2.0/24",))  # not this loopback peer
+        r, w = await asyncio.open_connection("127.0.0.1", _port(server))
+        w.write(CallId(uuid.uuid4()).encode())
+        try:
+            await w.drain()
+            data = await asyncio.wait_for(r.read(), 5)
+        except ConnectionResetError:  # closed with our frame unread: a reset, as refused
+            data = b""
+        w.close()
+        with contextlib.suppress(ConnectionError):
+            await w.wait_closed()
+        calls = len(server.calls), len(server.streams)
+        await server.stop()
+        return data, calls
+
+    data, calls = asyncio.run(main())
+    assert data == b"" and calls == (0, 0)  # closed: no call, no stream slot
+    # the same peer is served once it is listed (loopback is allowed by default too)
+    assert peer_allowed(("127.0.0.1", 1), parse_allow_from(("127.0.0.0/8",)))

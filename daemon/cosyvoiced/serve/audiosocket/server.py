@@ -11,7 +11,7 @@ import contextlib
 
 import structlog
 
-from cosyvoiced.config.addr import AUDIOSOCKET_FORMS, ListenAddress
+from cosyvoiced.config.addr import AUDIOSOCKET_FORMS, ListenAddress, parse_allow_from, peer_allowed
 from cosyvoiced.config.schema import AudioSocketConfig
 from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.events import EventBus
@@ -19,6 +19,7 @@ from cosyvoiced.runtime.metrics import Metrics
 from cosyvoiced.serve.audiosocket.call import FRAME_SAMPLES, RATE_HZ, Call
 from cosyvoiced.serve.audiosocket.clock import CallClock
 from cosyvoiced.serve.audiosocket.frames import CallId, Frame, FrameParser, Hangup, Kind
+from cosyvoiced.serve.peers import refuse_peer
 from cosyvoiced.serve.speech import Speech, Unavailable
 from cosyvoiced.serve.streams import Refused, Streams
 
@@ -85,6 +86,9 @@ class AudioSocketServer:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
+        if not peer_allowed(peer, parse_allow_from(self.config.allow_from)):
+            refuse_peer(writer, "audiosocket", peer)
+            return
         parser = FrameParser(max_payload_bytes=4096, accepted_kinds=ACCEPTED_KINDS)
         call_id, early = await self._first_frame(reader, parser, peer)
         if call_id is None:

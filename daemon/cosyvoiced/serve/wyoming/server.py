@@ -44,12 +44,13 @@ from wyoming.vad import VoiceStarted, VoiceStopped
 from cosyvoiced import __version__
 from cosyvoiced.audio.codec import s16_to_f32
 from cosyvoiced.audio.resample import StreamResampler
-from cosyvoiced.config.addr import WYOMING_FORMS, ListenAddress
+from cosyvoiced.config.addr import WYOMING_FORMS, ListenAddress, parse_allow_from, peer_allowed
 from cosyvoiced.config.schema import TtsConfig
 from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.events import Transcript as TranscriptEvent
 from cosyvoiced.listen.events import VoiceStarted as VoiceStartedEvent
 from cosyvoiced.listen.events import VoiceStopped as VoiceStoppedEvent
+from cosyvoiced.serve.peers import refuse_peer
 from cosyvoiced.serve.speech import Listening, Speech, Unavailable
 from cosyvoiced.serve.streams import Refused, Streams
 from cosyvoiced.serve.wyoming.wire import MAX_LINE_BYTES, WyomingProtocolError, read_event
@@ -318,10 +319,12 @@ def _options(voice: Any) -> SynthesisOptions:
 
 class WyomingServer:
     def __init__(self, speech: Speech, streams: Streams, listen: str, *,
-                 max_chars: int = DEFAULT_MAX_CHARS) -> None:
+                 max_chars: int = DEFAULT_MAX_CHARS, allow_from: tuple[str, ...] = ()) -> None:
         self.speech = speech
         self.streams = streams
         self.listen = listen
+        self.allow = parse_allow_from(allow_from)
+        """Who may connect over TCP (empty: loopback only; checked with the config)."""
         self.max_chars = max_chars
         """`tts.max_chars`: most streamed text waiting for a sentence end."""
         self._server: asyncio.base_events.Server | None = None
@@ -342,7 +345,11 @@ class WyomingServer:
         log.info("wyoming_listening", listen=self.bound)
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or "unix"
+        peername = writer.get_extra_info("peername")
+        if not peer_allowed(peername, self.allow):
+            refuse_peer(writer, "wyoming", peername)
+            return
+        peer = peername or "unix"
         task = asyncio.current_task()
         assert task is not None
         self._clients.add(task)

@@ -1,0 +1,26 @@
+"""Refusing a peer that `allow_from` does not list (AudioSocket, Wyoming: no auth)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import Counter
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+refused: Counter[str] = Counter()
+"""Peers refused since start, per server kind (the log says the 1st, 10th, 100th...)."""
+
+
+def refuse_peer(writer: asyncio.StreamWriter, kind: str, peername: object) -> None:
+    """Close the connection of a peer not allowed on `kind`'s listener, before reading."""
+    refused[kind] += 1
+    n = refused[kind]
+    if n == 10 ** (len(str(n)) - 1):  # 1, 10, 100...: a flood does not flood the log
+        host = peername[0] if isinstance(peername, tuple) else str(peername)
+        log.warning("peer_refused", server=kind, peer=host, refused_so_far=n,
+                    hint=f"not in {kind}.allow_from (empty: loopback only)")
+    with contextlib.suppress(ConnectionError, RuntimeError, OSError):
+        writer.close()
