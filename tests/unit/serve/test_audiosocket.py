@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import uuid
 
 import numpy as np
@@ -154,6 +155,56 @@ def test_silent_peer_is_ended():
     asyncio.run(main())
 
 
+def test_a_peer_trickling_bytes_but_no_whole_frame_is_ended_as_silent():
+    async def main():
+        server = await _server(peer_timeout_s=0.5)
+        peer = Peer("127.0.0.1", _port(server), PeerCall())
+        await peer.connect()
+        frame = Audio(b"\x00\x00" * 160).encode()
+        t0 = time.monotonic()
+        for byte in frame:  # one byte every 0.1 s: each read well within the timeout
+            if peer.closed:
+                break
+            with contextlib.suppress(ConnectionError):
+                await peer.send_raw(bytes([byte]))
+            await asyncio.sleep(0.1)
+        closed_after = time.monotonic() - t0
+        assert await peer.wait_closed(5)
+        await server.stop()
+        await peer.close()
+        return closed_after
+
+    closed_after = asyncio.run(main())
+    assert closed_after < 2.0  # the frame would have taken 32 s to arrive
+
+
+def test_connections_without_a_call_id_are_bounded():
+    from cosyvoiced.serve.audiosocket.server import MAX_PENDING
+
+    async def main():
+        server = await _server(first_frame_timeout_s=5.0)
+        idle = [await asyncio.open_connection("127.0.0.1", _port(server))
+                for _ in range(MAX_PENDING)]
+        await asyncio.sleep(0.2)
+        r, w = await asyncio.open_connection("127.0.0.1", _port(server))
+        over = await asyncio.wait_for(r.read(), 2)  # closed at once, no UUID wait
+        for _, wi in idle:
+            wi.close()
+        w.close()
+        await asyncio.sleep(0.2)
+        peer = Peer("127.0.0.1", _port(server), PeerCall())  # a real call is served again
+        await peer.connect()
+        await asyncio.sleep(0.3)
+        served = len(server.calls)
+        await peer.hangup()
+        await peer.close()
+        await server.stop()
+        return over, served
+
+    over, served = asyncio.run(main())
+    assert over == b"" and served == 1
+
+
 def test_overloaded_call_is_hung_up():
     async def main():
         server = await _server(FakeSpeech(capacity=0))
@@ -210,7 +261,6 @@ def test_peer_that_does_not_read_is_ended_as_slow_peer():
     """A caller whose socket is never read: once the kernel's send buffer for the call is
     full the clock lets go of it and the call ends "slow_peer"; another call is untouched."""
     import socket
-    import time
 
     async def main():
         server = await _server(greeting=" ".join(["word"] * 600), max_send_buffer_bytes=4096)
@@ -244,7 +294,6 @@ def test_peer_that_does_not_read_is_ended_as_slow_peer():
 
 def test_call_clock_keeps_pace_while_the_event_loop_is_blocked():
     """The clock is its own thread: a stalled event loop does not stall the frames."""
-    import time
 
     async def main():
         server = await _server(greeting=" ".join(["word"] * 60))  # 6 s of speech

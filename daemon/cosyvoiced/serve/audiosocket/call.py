@@ -206,14 +206,19 @@ class Call:
             self.ended.set()
 
     async def _receive(self) -> None:
+        loop = asyncio.get_running_loop()
+        last_frame = loop.time()  # a peer trickling bytes but no whole frame is silent too
         try:
             while not self.ended.is_set():
-                data = await asyncio.wait_for(self.reader.read(65536),
-                                              self.config.peer_timeout_s)
+                wait = last_frame + self.config.peer_timeout_s - loop.time()
+                if wait <= 0:
+                    raise TimeoutError
+                data = await asyncio.wait_for(self.reader.read(65536), wait)
                 if not data:
                     self.end("peer_closed")
                     return
                 for frame in self.parser.feed(data):
+                    last_frame = loop.time()
                     if not self._handle(frame):
                         return
                 if self.parser.error is not None:

@@ -27,6 +27,10 @@ log = structlog.get_logger(__name__)
 
 TICK_S = FRAME_SAMPLES / RATE_HZ
 ACCEPTED_KINDS = frozenset({Kind.HANGUP, Kind.UUID, Kind.DTMF, Kind.SLIN, Kind.ERROR})
+MAX_PENDING = 64
+"""Connections that have not sent their call id yet (each waits at most
+`first_frame_timeout_s`); more are closed at once, so a flood of idle connections
+cannot pile up. Asterisk sends the id first thing."""
 CALL_BACKLOG_S = 2.0
 """Caller audio a call may hold beyond its capture ring: Asterisk sends 20 ms every 20 ms,
 so more is a peer sending faster than real time (dropped, counted, logged)."""
@@ -49,6 +53,8 @@ class AudioSocketServer:
         self.clock = CallClock(TICK_S, metrics, config.rt_priority)
         self._server: asyncio.base_events.Server | None = None
         self._handlers: set[asyncio.Task[None]] = set()
+        self._pending = 0
+        """Connections waiting for their first frame (`MAX_PENDING` at most)."""
 
     def call(self, call_id: str) -> Call:
         try:
@@ -89,8 +95,16 @@ class AudioSocketServer:
         if not peer_allowed(peer, parse_allow_from(self.config.allow_from)):
             refuse_peer(writer, "audiosocket", peer)
             return
+        if self._pending >= MAX_PENDING:  # connected, no UUID yet: cheap to open, bounded
+            refuse_peer(writer, "audiosocket", peer, reason="too many connections without "
+                        "a call id yet")
+            return
         parser = FrameParser(max_payload_bytes=4096, accepted_kinds=ACCEPTED_KINDS)
-        call_id, early = await self._first_frame(reader, parser, peer)
+        self._pending += 1
+        try:
+            call_id, early = await self._first_frame(reader, parser, peer)
+        finally:
+            self._pending -= 1
         if call_id is None:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 writer.write(Hangup().encode())
