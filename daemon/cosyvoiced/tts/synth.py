@@ -248,6 +248,7 @@ class Synthesis(Iterator[AudioChunk]):
             else cfg.noise_w_scale
         self._at = 0
         """The next clause whose run has not started."""
+        self._first_speech = next((n for n, c in enumerate(clauses) if c.text), -1)
         self._left: list[tuple[int, int]] = []
         """Chunks of the current sentence not decoded yet (latent frames)."""
         self._pause_s = 0.0
@@ -261,10 +262,11 @@ class Synthesis(Iterator[AudioChunk]):
         self._gen.close()
 
     def _first_frames(self, n: int) -> int | None:
+        """The first chunk's size for clause `n`: small for the request's first speech."""
         split = self.voice.split
         assert split is not None
         return split.frames_for(self.config.first_chunk_s, self.voice.sample_rate_hz) \
-            if n == 0 else None
+            if n == self._first_speech else None
 
     def upcoming(self) -> Iterator[Step]:
         """The steps still to come, in order (later sentences' audio guessed from text)."""
