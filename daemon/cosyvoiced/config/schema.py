@@ -247,6 +247,10 @@ class ApiConfig:
     """Extra listeners besides the control socket: "tcp://HOST:PORT" or "unix:PATH"."""
     token: str = opt("")
     """Bearer token; required when a listener is not on loopback."""
+    request_timeout_s: float = opt(15.0, min=0.1, max=3600.0)
+    """A client must send its request line and headers, and a JSON body, within this
+    (a connection that sends nothing, or trickles, is closed): one slow client holds no
+    connection for long. Uploads to /v1/transcribe have to keep moving at this pace."""
 
 
 @dataclass(frozen=True, kw_only=True)

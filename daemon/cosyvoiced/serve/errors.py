@@ -28,6 +28,8 @@ STATUS: dict[str, int] = {
     "unknown_call": 404,
     "unknown_device": 404,
     "no_playback_device": 404,
+    # too slow to send
+    "request_timeout": 408,
     # too much to take
     "text_too_long": 413,
     "request_entity_too_large": 413,

@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -400,3 +401,57 @@ def test_websocket_prepare_failure_releases_the_stream(monkeypatch):
         assert len(daemon.streams) == 0
         assert speech.closed == len(speech.listens) == 3
     run(go, FakeDaemon(speech=speech, streams=Streams(8)))
+
+
+def test_slow_clients_are_cut_off_after_the_request_timeout(tmp_path):
+    """A connection that sends nothing, or trickles its head or a JSON body, is closed
+    (408 for a body) after `api.request_timeout_s`; a prompt client is served meanwhile."""
+    from cosyvoiced.config.schema import ApiConfig, Config, ServiceConfig
+    from cosyvoiced.serve.http.server import HttpServer
+
+    config = Config(api=ApiConfig(listen=("tcp://127.0.0.1:0",), request_timeout_s=0.5),
+                    service=ServiceConfig(control_socket=str(tmp_path / "c.sock")))
+
+    async def main():
+        server = HttpServer(FakeDaemon(), config)
+        await server.start()
+        host, port = server.bound[-1].removeprefix("tcp://").rsplit(":", 1)
+        try:
+            async def closed_after(send: list[bytes]) -> tuple[float, bytes]:
+                r, w = await asyncio.open_connection(host, int(port))
+                t0 = time.monotonic()
+                answer = asyncio.create_task(r.read(65536))  # a response, or EOF
+                with contextlib.suppress(ConnectionError):
+                    for piece in send:
+                        if answer.done():
+                            break
+                        w.write(piece)
+                        await w.drain()
+                        await asyncio.sleep(0.2)
+                try:
+                    got = await asyncio.wait_for(answer, 5)
+                except ConnectionError:
+                    got = b""
+                took = time.monotonic() - t0
+                w.close()
+                with contextlib.suppress(ConnectionError):
+                    await w.wait_closed()
+                return took, got
+
+            idle = closed_after([])
+            head = closed_after([b"POST /v1/tts HTTP/1.1\r\n"] + [b"X-a: b\r\n"] * 20)
+            body = closed_after([b"POST /v1/tts HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                                 b"application/json\r\nContent-Length: 100\r\n\r\n{"]
+                                + [b" "] * 20)
+            async with ClientSession() as http:
+                async with http.get(f"http://{host}:{port}/healthz") as r:
+                    prompt = r.status
+            return await asyncio.gather(idle, head, body), prompt
+        finally:
+            await server.stop()
+
+    (idle, head, body), prompt = asyncio.run(main())
+    assert prompt == 200
+    assert idle[0] < 2.0 and idle[1] == b""
+    assert head[0] < 2.0 and head[1] == b""  # 20 header lines over 4 s: cut off
+    assert body[0] < 2.0 and b" 408 " in body[1].split(b"\r\n", 1)[0]

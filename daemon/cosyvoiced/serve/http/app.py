@@ -16,7 +16,7 @@ from cosyvoiced.serve.audiosocket.server import AudioSocketServer
 from cosyvoiced.serve.devices import Devices
 from cosyvoiced.serve.errors import status_for, status_of
 from cosyvoiced.serve.http.calls import CallRoutes
-from cosyvoiced.serve.http.errors import ApiError
+from cosyvoiced.serve.http.errors import REQUEST_TIMEOUT, ApiError
 from cosyvoiced.serve.http.play import PlayRoutes
 from cosyvoiced.serve.http.transcribe import MAX_UPLOAD_BYTES, ListenRoutes
 from cosyvoiced.serve.http.tts import TtsRoutes
@@ -93,9 +93,11 @@ def bearer_auth(token: str) -> Any:
     return check
 
 
-def make_app(daemon: DaemonView, token: str = "") -> web.Application:
+def make_app(daemon: DaemonView, token: str = "",
+             request_timeout_s: float = 15.0) -> web.Application:
     middlewares = [json_errors] + ([bearer_auth(token)] if token else [])
     app = web.Application(middlewares=middlewares, client_max_size=MAX_UPLOAD_BYTES)
+    app[REQUEST_TIMEOUT] = request_timeout_s
     routes = web.RouteTableDef()
     if daemon.speech is not None:
         TtsRoutes(daemon.speech, daemon.streams, daemon.metrics).add_to(app)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -25,17 +26,31 @@ MAX_JSON_BYTES = 256 * 1024
 have their own limit (`transcribe.MAX_UPLOAD_BYTES`)."""
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The whole body, or 413 `request_entity_too_large` as soon as it is over `limit` bytes (by its
-    Content-Length before reading, or while reading a chunked one)."""
+REQUEST_TIMEOUT = web.AppKey("request_timeout_s", float)
+"""`api.request_timeout_s`, kept on the app."""
+
+
+async def read_body(request: web.Request, limit: int, *, streaming: bool = False) -> bytes:
+    """The whole body, or 413 `request_entity_too_large` as soon as it is over `limit`
+    bytes (by its Content-Length before reading, or while reading a chunked one), or 408
+    `request_timeout` when it has not all arrived within `api.request_timeout_s` (with
+    `streaming`, a large upload: when no data came for that long)."""
     too_large = ApiError(413, "request_entity_too_large", f"request body over {limit} bytes")
     if request.content_length is not None and request.content_length > limit:
         raise too_large
+    timeout_s = request.app.get(REQUEST_TIMEOUT, 15.0)
     body = bytearray()
-    async for chunk in request.content.iter_any():
-        body += chunk
-        if len(body) > limit:
-            raise too_large
+    try:
+        async with asyncio.timeout(timeout_s) as deadline:
+            async for chunk in request.content.iter_any():
+                body += chunk
+                if len(body) > limit:
+                    raise too_large
+                if streaming:
+                    deadline.reschedule(asyncio.get_running_loop().time() + timeout_s)
+    except TimeoutError:
+        raise ApiError(408, "request_timeout",
+                       f"the body did not arrive within {timeout_s} s") from None
     return bytes(body)
 
 

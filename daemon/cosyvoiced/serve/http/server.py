@@ -24,9 +24,13 @@ class HttpServer:
     """The control socket plus `api.listen`; one aiohttp runner for all of them."""
 
     def __init__(self, daemon: DaemonView, config: Config) -> None:
-        self._app = make_app(daemon, token=config.api.token)
+        self._app = make_app(daemon, token=config.api.token,
+                             request_timeout_s=config.api.request_timeout_s)
+        # aiohttp closes a connection that has not sent a whole request head by then
+        # (its keep-alive timer runs from connect while no request is being handled)
         self._runner = web.AppRunner(self._app, handle_signals=False, access_log=None,
-                                     shutdown_timeout=2.0)
+                                     shutdown_timeout=2.0,
+                                     keepalive_timeout=config.api.request_timeout_s)
         self._listeners = [ListenAddress("unix", path=config.service.control_socket)]
         self._listeners += [ListenAddress.parse(s, API_FORMS) for s in config.api.listen]
         self.bound: list[str] = []

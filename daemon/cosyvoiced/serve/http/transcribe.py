@@ -21,6 +21,7 @@ from cosyvoiced.audio.codec import s16_to_f32
 from cosyvoiced.audio.resample import SUPPORTED_RATES_HZ, StreamResampler
 from cosyvoiced.listen.events import EventBus, Transcript, VoiceStarted, VoiceStopped
 from cosyvoiced.serve.errors import api_error, as_api_error, status_of
+from cosyvoiced.serve.http.errors import read_body
 from cosyvoiced.serve.speech import BACKLOG_S, Listening, Speech, Synthesis, Unavailable
 from cosyvoiced.serve.streams import Refused, Streams
 from cosyvoiced.tts.errors import TtsError
@@ -127,7 +128,8 @@ class ListenRoutes:
 
     async def transcribe(self, request: web.Request) -> web.Response:
         t0 = time.monotonic()
-        body, ctype = await request.read(), request.content_type
+        body = await read_body(request, MAX_UPLOAD_BYTES, streaming=True)
+        ctype = request.content_type
         rate_param = request.query.get("rate_hz")
         rate = upload_rate(body, ctype, rate_param)  # the header only: typed errors now
         listen_rate = rate if rate in LISTEN_RATES_HZ else 16000
