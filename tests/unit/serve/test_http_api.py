@@ -455,3 +455,28 @@ def test_slow_clients_are_cut_off_after_the_request_timeout(tmp_path):
     assert idle[0] < 2.0 and idle[1] == b""
     assert head[0] < 2.0 and head[1] == b""  # 20 header lines over 4 s: cut off
     assert body[0] < 2.0 and b" 408 " in body[1].split(b"\r\n", 1)[0]
+
+
+def test_event_subscribers_are_capped_and_their_slots_come_back():
+    from cosyvoiced.serve.http.transcribe import MAX_SSE_SUBSCRIBERS
+
+    async def go(http, daemon):
+        held = []
+        for _ in range(MAX_SSE_SUBSCRIBERS):
+            r = await http.get("/v1/events")
+            assert r.status == 200
+            held.append(r)
+        async with http.get("/v1/events") as r:
+            assert r.status == 503 and (await r.json())["error"]["code"] == "overloaded"
+        async with http.post("/v1/tts", json={"text": "still served"}) as r:
+            assert r.status == 200
+        for r in held:
+            r.close()
+        for _ in range(100):  # the server sees the subscribers go
+            await asyncio.sleep(0.05)
+            async with http.get("/v1/events") as r:
+                if r.status == 200:
+                    return True
+        return False
+
+    assert run(go)

@@ -10,7 +10,7 @@ import io
 import json
 import time
 import wave
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -100,11 +100,18 @@ def decode_at(body: bytes, content_type: str, rate_param: str | None,
     return samples
 
 
+MAX_SSE_SUBSCRIBERS = 64
+"""`GET /v1/events` connections at once (each holds a queue of up to 1024 events); more
+are 503 `overloaded`."""
+
+
 @dataclass(frozen=True)
 class ListenRoutes:
     speech: Speech
     streams: Streams
     bus: EventBus
+    sse: list[int] = field(default_factory=lambda: [0])
+    """Open `GET /v1/events` responses (a one-item counter: the routes are frozen)."""
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_post("/v1/transcribe", self.transcribe)
@@ -154,6 +161,16 @@ class ListenRoutes:
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         want_stream = request.query.get("stream") or request.query.get("call")
+        if self.sse[0] >= MAX_SSE_SUBSCRIBERS:
+            raise api_error("overloaded", f"{MAX_SSE_SUBSCRIBERS} event subscribers already")
+        self.sse[0] += 1
+        try:
+            return await self._events(request, want_stream)
+        finally:
+            self.sse[0] -= 1
+
+    async def _events(self, request: web.Request, want_stream: str | None
+                      ) -> web.StreamResponse:
         sub = self.bus.subscribe(maxsize=1024)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream",
                                                "Cache-Control": "no-cache"})
