@@ -52,13 +52,29 @@ class WorkerStats:
 class LoadMeter:
     """Busy fraction and RTF moving averages, measured in the worker itself."""
 
+    RTF_DECAY = 0.1
+    """Weight of each new TTS step in the RTF: ~10 steps (~10 s of speech) count."""
+
     def __init__(self, window_s: float = 1.0, alpha: float = 0.3) -> None:
         self.window_s = window_s
         self.alpha = alpha
         self.busy = 0.0
-        self.rtf = 0.0
         self._busy_s = 0.0
         self._start_s = time.monotonic()
+        self._synth_s = 0.0
+        self._audio_s = 0.0
+
+    @property
+    def rtf(self) -> float:
+        """Synthesis seconds per second of speech over the last steps (0 until measured).
+        A ratio of decayed sums, not an average of ratios: a sentence's first step carries
+        its text front with a small chunk, the rest are vocoder only."""
+        return self._synth_s / self._audio_s if self._audio_s > 0 else 0.0
+
+    @rtf.setter
+    def rtf(self, value: float) -> None:
+        """Start from a measured figure (the warm-up), worth one second of speech."""
+        self._synth_s, self._audio_s = value, 1.0
 
     def add_busy(self, seconds: float) -> None:
         self._busy_s += seconds
@@ -66,8 +82,9 @@ class LoadMeter:
     def add_clause(self, synth_s: float, audio_s: float) -> None:
         if audio_s <= 0:
             return
-        r = synth_s / audio_s
-        self.rtf = r if self.rtf == 0.0 else self.rtf + self.alpha * (r - self.rtf)
+        keep = 1.0 - self.RTF_DECAY
+        self._synth_s = self._synth_s * keep + synth_s
+        self._audio_s = self._audio_s * keep + audio_s
 
     def roll(self, now_s: float) -> bool:
         """Close the busy window if it is over; True when `busy` was updated."""

@@ -319,3 +319,18 @@ print(before, rss_mb())
                          timeout=60, check=True).stdout.split()
     before, after = float(out[0]), float(out[1])
     assert before - after > 60, (before, after)  # ~100 MB were held freed
+
+
+def test_the_worker_rtf_is_speech_made_per_second_of_work_whatever_the_step_sizes():
+    from cosyvoiced.workers.stats import LoadMeter
+
+    meter = LoadMeter()
+    meter.rtf = 0.2  # the warm-up's figure, worth one second of speech
+    for _ in range(20):  # sentences: the front with a small first chunk, then 1 s chunks
+        meter.add_clause(0.045, 0.25)
+        for _ in range(5):
+            meter.add_clause(0.06, 1.0)
+    total = (0.045 + 5 * 0.06) / (0.25 + 5)
+    assert meter.rtf == pytest.approx(total, rel=0.1)
+    # an average of per-step ratios would count the small first chunk's 0.18 as a step
+    assert meter.rtf < (0.045 / 0.25 + 5 * 0.06) / 6 * 0.9
