@@ -8,6 +8,7 @@ filters. Written by hand because it is tiny and python-systemd needs libsystemd 
 from __future__ import annotations
 
 import array
+import contextlib
 import json
 import logging
 import os
@@ -83,15 +84,30 @@ class JournalLogger:
     def __init__(self, path: str) -> None:
         self._path = path
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        # Never wait for journald: a full socket queue (10 datagrams by default, while
+        # journald is busy or stopped) would stall the event loop or an audio thread.
+        self._sock.setblocking(False)
+        self.dropped = 0
+        """Entries dropped on a full socket since the last one that went through."""
 
     def _send(self, entry: bytes) -> None:
         try:
             self._sock.sendto(entry, self._path)
+        except BlockingIOError:
+            self.dropped += 1
+            return
         except OSError as exc:
             if exc.errno in (90, 105):  # EMSGSIZE / ENOBUFS: pass a sealed memfd instead
                 self._send_memfd(entry)
             else:  # the journal is gone: keep the message on stderr rather than lose it
                 sys.stderr.write(entry.decode("utf-8", "replace"))
+            return
+        if self.dropped:  # say what was lost, once the journal takes entries again
+            n, self.dropped = self.dropped, 0
+            with contextlib.suppress(OSError):
+                self._sock.sendto(f"MESSAGE=log_entries_dropped\nPRIORITY=4\n"
+                                  f"SYSLOG_IDENTIFIER={IDENTIFIER}\nCOUNT={n}\n".encode(),
+                                  self._path)
 
     def _send_memfd(self, entry: bytes) -> None:
         fd = os.memfd_create("journal-entry", os.MFD_CLOEXEC)
@@ -99,6 +115,8 @@ class JournalLogger:
             os.write(fd, entry)
             fds = array.array("i", [fd])
             self._sock.sendmsg([], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)], 0, self._path)
+        except BlockingIOError:
+            self.dropped += 1
         finally:
             os.close(fd)
 
