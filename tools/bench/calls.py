@@ -61,7 +61,7 @@ def _onset_s(x: np.ndarray) -> float:
 class Daemon:
     """The real daemon in the background, on temp dirs and free ports."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, overrides: tuple[str, ...] = ()) -> None:
         self.tmp = tmp
         notify = tmp / "notify.sock"
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -71,7 +71,7 @@ class Daemon:
                 f"service.cache_dir={json.dumps(str(REPO / 'var' / 'cache'))}",
                 'api.listen=["tcp://127.0.0.1:0"]', 'audiosocket.listen="127.0.0.1:0"',
                 "wyoming.enabled=false", "workers.count=2",
-                'workers.cpus="0-1"', "workers.max_streams=10000"]
+                'workers.cpus="0-1"', "workers.max_streams=10000", *overrides]
         args = [str(Path(sys.executable).parent / "cosyvoiced"), "run", "--config",
                 str(REPO / "configs" / "dev.toml")]
         for s in sets:
