@@ -53,8 +53,11 @@ def run(quick: bool) -> Report:
     times: dict[str, list[float]] = {"engine": []}
     audio: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench-dl-") as tmp:
-        daemons = {wc: Daemon(Path(tmp) / f"wc{int(wc)}", (
-            f"workers.work_conserving={str(wc).lower()}",)) for wc in settings}
+        daemons = {}
+        for wc in settings:
+            home = Path(tmp) / f"wc{int(wc)}"
+            home.mkdir()
+            daemons[wc] = Daemon(home, (f"workers.work_conserving={str(wc).lower()}",))
         try:
             for d in daemons.values():
                 _download(d.http, "Warming up.")
