@@ -244,3 +244,11 @@ def test_say_cli_wav_and_stdout(tmp_path):
     assert len(raw) > 8000 and b"{" not in raw[:200]  # audio only: logs go to stderr
     bad = subprocess.run(cmd[:4] + ["", "-o", "-"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "empty_text" in bad.stderr
+
+
+def test_resampled_audio_stays_within_full_scale(engine):
+    """A loud voice resampled to 8 kHz rings past ±1 in the filter: the chunks are clipped
+    after it, as `AudioChunk` promises (μ-law of an overshoot is off by the overshoot)."""
+    chunks, audio = speak(engine, "Please hold.", rate_hz=8000, format="float32", volume=4.0)
+    assert np.abs(audio).max() <= 1.0
+    assert np.abs(audio).max() > 0.99  # it did reach full scale

@@ -364,6 +364,7 @@ class Synthesis(Iterator[AudioChunk]):
                     audio = resampler.process(audio)
                     if last:
                         audio = np.concatenate([audio, resampler.flush()])
+                    np.clip(audio, -1.0, 1.0, out=audio)  # the filter rings past full scale
                 yield AudioChunk(audio, encode(audio, fmt), out_rate, fmt, index, clause.text,
                                  last, speech_s=speech_s, front_chars=front_chars,
                                  front_s=front_s)
