@@ -23,18 +23,14 @@ from cosyvoiced.runtime.onnx import create_session
 from cosyvoiced.tts.graph import DECODER_2D
 from cosyvoiced.tts.phonemize import text_to_ids
 from cosyvoiced.tts.receptive import ReceptiveField, receptive_field
+from cosyvoiced.tts.seam import FLOW, find_flow_seam, find_seam, split_flow, split_model
 from cosyvoiced.tts.split import (
-    FLOW,
     FLOW_BLOCK,
     MIN_JOIN_SNR_DB,
     SplitVoice,
     chunk_bounds,
-    find_flow_seam,
-    find_seam,
     load_split,
     probe_footprint,
-    split_flow,
-    split_model,
     split_paths,
 )
 
