@@ -7,7 +7,8 @@ number-normalized text: Whisper's English normalizer, then every digit as its ow
 numbers are written would dominate raw WER otherwise).
 
 Systems (`--systems`): `cosyvoiced` (its streaming engine, default config),
-`cosyvoiced-clauses` (the same engine on the old cut-clause path), `piper` (Piper's own
+`cosyvoiced-clauses` (the same engine on the old cut-clause path), `cosyvoiced-fp32` and
+`cosyvoiced-bf16` (its vocoder in FP32 on ONNX Runtime, or in bf16 through OpenVINO), `piper` (Piper's own
 `PiperVoice.synthesize` of the written text, the voice's noise scales) and
 `piper-normalized` (Piper fed cosyvoiced's normalized text). Every system is scored
 against the same reference, cosyvoiced's normalized (spoken) text.
@@ -43,7 +44,8 @@ SENTENCE_FILES = (SENTENCES, DATA / "written_en.txt")
 RANDOM_OPS = ("RandomNormalLike", "RandomUniformLike", "RandomNormal", "RandomUniform")
 WHISPER_RATE_HZ = 16000
 WINDOW_SAMPLES = 30 * WHISPER_RATE_HZ
-SYSTEMS = ("cosyvoiced", "cosyvoiced-clauses", "piper", "piper-normalized")
+SYSTEMS = ("cosyvoiced", "cosyvoiced-clauses", "cosyvoiced-fp32", "cosyvoiced-bf16", "piper",
+           "piper-normalized")
 BASELINE = "piper"
 
 
@@ -266,12 +268,19 @@ def tts_config(system: str) -> TtsConfig:
     path, which needs `TtsConfig.decode`)."""
     from cosyvoiced.config.schema import TtsConfig
 
-    config = TtsConfig(voice="judged", warmup=False)
+    fields = {f.name for f in dataclasses.fields(TtsConfig)}
+    # every seed synthesized anew: no prompt cache (a checkout may predate it)
+    config = TtsConfig(voice="judged", warmup=False, **({"cache_mb": 0} if "cache_mb" in fields
+                                                        else {}))
     if system == "cosyvoiced":
         return config
+    if system in ("cosyvoiced-fp32", "cosyvoiced-bf16"):
+        if "vocoder" not in fields:
+            raise JudgeError(f"{system} needs `TtsConfig.vocoder`, which this checkout lacks")
+        return dataclasses.replace(config, vocoder=system.rpartition("-")[2])
     if system != "cosyvoiced-clauses":
         raise JudgeError(f"{system!r} is not a cosyvoiced system")
-    if "decode" not in {f.name for f in dataclasses.fields(TtsConfig)}:
+    if "decode" not in fields:
         raise JudgeError("cosyvoiced-clauses needs the `decode` field of "
                          "cosyvoiced.config.schema.TtsConfig, which this checkout lacks")
     return dataclasses.replace(config, decode="clauses", first_clause_max_chars=30,
@@ -294,6 +303,8 @@ def synthesize_set(model_path: str | Path, config_path: str | Path, texts: list[
     config = tts_config(system)
     engine = TtsEngine(config, threads=threads)
     decode = {"decode": config.decode} if hasattr(config, "decode") else {}  # as engine.voice()
+    if hasattr(config, "vocoder"):
+        decode.update(vocoder=config.vocoder, chunks_s=(config.first_chunk_s, config.chunk_s))
     engine.register(load_voice(files, precision="fp32", threads=threads, **decode), "fp32")
     opts = SynthesisOptions(rate_hz=WHISPER_RATE_HZ, format="float32",
                             **({} if noise else {"noise_scale": 0.0, "noise_w_scale": 0.0}))
@@ -337,6 +348,8 @@ class JudgeRun:
     asr_s: float
     cached: int = 0
     """Seeds read from the transcript cache."""
+    mos: list[tuple[float, float]] = dataclasses.field(default_factory=list)
+    """(DNSMOS OVRL, P.808) of every clip, all seeds (`--dnsmos`)."""
 
 
 def _code_files(system: str) -> list[Path]:
@@ -382,8 +395,9 @@ def _read_cache(path: Path) -> tuple[list[str], float, float]:
 def judge_systems(model_path: str | Path, config_path: str | Path, texts: list[str],
                   seeds: list[int], whisper: WhisperJudge, systems: Sequence[str],
                   threads: int = 2, log: bool = True,
-                  cache_dir: Path | None = None) -> dict[str, JudgeRun]:
-    """Every system over the same seeded copies (one per seed, shared by the systems)."""
+                  cache_dir: Path | None = None, dnsmos: bool = False) -> dict[str, JudgeRun]:
+    """Every system over the same seeded copies (one per seed, shared by the systems);
+    `dnsmos`: each clip's DNSMOS too (clips are made anew: the cache keeps transcripts)."""
     for system in systems:
         check_system(system)
     runs = {s: JudgeRun([], 0.0, 0.0) for s in systems}
@@ -393,7 +407,7 @@ def judge_systems(model_path: str | Path, config_path: str | Path, texts: list[s
             for system in systems:
                 run = runs[system]
                 cached = (_cache_file(cache_dir, model_path, texts, seed, system, whisper.key)
-                          if cache_dir else None)
+                          if cache_dir and not dnsmos else None)
                 if cached is not None and cached.is_file():
                     hyps, synth_s, asr_s = _read_cache(cached)
                     run.hyps_by_seed.append(hyps)
@@ -408,6 +422,10 @@ def judge_systems(model_path: str | Path, config_path: str | Path, texts: list[s
                 t1 = time.perf_counter()
                 run.hyps_by_seed.append(whisper.transcribe(clips))
                 t2 = time.perf_counter()
+                if dnsmos:
+                    from tools.dnsmos import set_mos
+
+                    run.mos += set_mos(clips)
                 run.synth_s += t1 - t0
                 run.asr_s += t2 - t1
                 if cached is not None:
@@ -469,6 +487,10 @@ def report(files: list[tuple[str, int]], runs: dict[str, JudgeRun],
             part = subset(s, np.arange(lo, hi))
             row["files"][Path(path).name] = {"sentences": int(hi - lo),
                                              "wer_pct": 100 * part.wer, "cer_pct": 100 * part.cer}
+        mos = runs[name].mos
+        if mos:
+            row["dnsmos_ovrl"] = float(np.mean([m[0] for m in mos]))
+            row["dnsmos_p808"] = float(np.mean([m[1] for m in mos]))
         if baseline is not None and name != baseline:
             mean, lo_, hi_ = bootstrap_diff(s.word_errors, scores[baseline].word_errors,
                                             s.word_counts)
@@ -507,6 +529,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--worst", action="store_true",
                    help="print each system's 10 worst sentences to stderr")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--dnsmos", action="store_true", help="DNSMOS OVRL and P.808 of every clip")
     args = p.parse_args(argv)
     systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     try:
@@ -525,7 +548,8 @@ def main(argv: list[str] | None = None) -> int:
     whisper = WhisperJudge(threads=args.threads)
     seeds = list(range(1, args.seeds + 1))
     runs = judge_systems(args.model, args.config or args.model + ".json", texts, seeds,
-                         whisper, systems, args.threads, cache_dir=args.cache_dir)
+                         whisper, systems, args.threads, cache_dir=args.cache_dir,
+                         dnsmos=args.dnsmos)
     scores = {name: score(refs, run.hyps_by_seed) for name, run in runs.items()}
     baseline = args.baseline if args.baseline in scores else None
     result = {"model": args.model, "sentences": len(texts), "files": [f for f, _ in files],
@@ -543,6 +567,8 @@ def main(argv: list[str] | None = None) -> int:
         vs = (f"  vs {baseline} {diff['points']:+.2f} pts [{diff['lo']:+.2f}, {diff['hi']:+.2f}]"
               if diff else "")
         per_file = "  ".join(f"{f} {v['wer_pct']:.2f}%" for f, v in row["files"].items())
+        if "dnsmos_ovrl" in row:
+            per_file += f"  DNSMOS OVRL {row['dnsmos_ovrl']:.3f} P.808 {row['dnsmos_p808']:.3f}"
         print(f"{name:20s} WER {row['wer_pct']:6.2f}%  CER {row['cer_pct']:6.2f}%  "
               f"synth {row['synth_s']:6.1f}s{vs}  ({per_file})")
     return 0

@@ -166,6 +166,7 @@ class Daemon:
         self.pool = WorkerPool.from_config(self.config, health=self.health,
                                            publish=self.bus.publish)
         await self.pool.start()
+        self.metrics.watch_workers(self.pool.worker_figures)
         self.speech = PoolSpeech(self.pool, self.config)
         if self.config.audiosocket.enabled:
             self.audiosocket = AudioSocketServer(self.speech, self.streams, self.bus,

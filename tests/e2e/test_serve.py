@@ -6,6 +6,7 @@ import asyncio
 import io
 import json
 import signal
+import time
 import wave
 
 import numpy as np
@@ -113,8 +114,6 @@ REPLY = ("Thank you for calling Acme Insurance. I have pulled up the claim you o
 
 def _download(d, text: str) -> tuple[float, float]:
     """(seconds to download the reply, seconds of audio in it) for one POST /v1/tts."""
-    import time
-
     import aiohttp
 
     base = _listener(d, "tcp://").replace("tcp://", "http://")
@@ -144,5 +143,44 @@ def test_an_idle_daemon_hands_a_download_out_as_fast_as_it_makes_it(daemon_facto
         assert took_s < 0.5 * audio_s, (took_s, audio_s)
     else:  # paced: played out in real time but for the lookahead and the ring
         assert took_s > audio_s - 3.0 - 1.0, (took_s, audio_s)
+    d.signal(signal.SIGTERM)
+    assert d.wait() == 0
+
+
+def _metric(d, name: str) -> float:
+    """The sum of a metric's samples on GET /metrics (every label)."""
+    import urllib.request
+
+    base = _listener(d, "tcp://").replace("tcp://", "http://")
+    with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+        lines = r.read().decode().splitlines()
+    values = [float(line.rsplit(" ", 1)[1]) for line in lines
+              if line.startswith(name) and line[len(name)] in " {"]
+    assert values, f"{name} not exported"
+    return sum(values)
+
+
+def test_warmed_prompts_are_said_from_the_cache_and_counted(daemon_factory, tmp_path):
+    """A call script's fixed prompts are synthesized once at start (and kept on disk for
+    the next start); saying one again costs no model run, and /metrics counts it."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Thank you for calling Acme Insurance.\nPlease hold.\n")
+    d = daemon_factory(overrides=("workers.count=1", "tts.cache_persist=true",
+                                  f"tts.cache_prompts={json.dumps(str(prompts))}")).start()
+    d.wait_ready()
+    assert any(e.get("event") == "tts_prompts_warmed" and e.get("prompts") == 2
+               for e in d.log_events())
+    assert len(list((d.tmp / "cache" / "prompts").glob("*.f32"))) == 2
+    hits = _metric(d, "cosyvoiced_tts_prompt_cache_hits_total")
+    _, audio_s = _download(d, "Thank you for calling Acme Insurance. Your claim is open.")
+    assert audio_s > 2.0
+    deadline = time.monotonic() + 10  # workers publish their figures about once a second
+    while _metric(d, "cosyvoiced_tts_prompt_cache_hits_total") < hits + 1 \
+            and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _metric(d, "cosyvoiced_tts_prompt_cache_hits_total") == hits + 1
+    assert _metric(d, "cosyvoiced_tts_prompt_cache_misses_total") >= 1  # the second sentence
+    assert _metric(d, "cosyvoiced_tts_prompt_cache_bytes") > 0
+    assert 0 <= _metric(d, "cosyvoiced_worker_busy_ratio") <= 1
     d.signal(signal.SIGTERM)
     assert d.wait() == 0

@@ -33,7 +33,8 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(cache_dir):
-    return TtsEngine(TtsConfig(precision="fp32", max_chars=500), cache_dir=cache_dir)
+    # the engine itself is measured here (prompt cache: its own tests below)
+    return TtsEngine(TtsConfig(precision="fp32", max_chars=500, cache_mb=0), cache_dir=cache_dir)
 
 
 def speak(engine, text, **kw):
@@ -252,3 +253,88 @@ def test_resampled_audio_stays_within_full_scale(engine):
     chunks, audio = speak(engine, "Please hold.", rate_hz=8000, format="float32", volume=4.0)
     assert np.abs(audio).max() <= 1.0
     assert np.abs(audio).max() > 0.99  # it did reach full scale
+
+
+def test_a_repeated_sentence_is_said_from_the_prompt_cache(cache_dir):
+    engine = TtsEngine(TtsConfig(precision="fp32", warmup=False), cache_dir=cache_dir)
+    text = "Thank you for calling. Your reference is four two seven."
+    first, audio = speak(engine, text, format="float32")
+    assert not any(c.cached for c in first) and engine.prompts.misses == 2
+    stream = engine.synthesize(text, SynthesisOptions(format="float32"))
+    planned = list(stream.upcoming())
+    assert planned and all(s.cached for s in planned)  # the scheduler sees no model run
+    again = list(stream)
+    assert all(c.cached and c.front_chars == 0 and c.front_s == 0 for c in again)
+    assert engine.prompts.hits == 2
+    assert np.array_equal(np.concatenate([c.audio for c in again]), audio)
+    assert again[0].duration_s == pytest.approx(engine.config.first_chunk_s, abs=0.02)
+    assert [c.duration_s for c in again] == pytest.approx([c.duration_s for c in first],
+                                                           abs=0.02)  # steps as synthesized
+    # another setting is another sentence; a known sentence before a new one is still a hit
+    slower, _ = speak(engine, text, format="float32", length_scale=1.3)
+    assert not any(c.cached for c in slower)
+    mixed, _ = speak(engine, "Thank you for calling. Your balance is nine dollars.",
+                     format="float32")
+    greeting = [c.cached for c in mixed if c.text == "Thank you for calling."]
+    assert greeting and all(greeting)
+    assert not any(c.cached for c in mixed if "balance" in c.text)
+
+
+def test_a_cancelled_sentence_is_not_kept(cache_dir):
+    engine = TtsEngine(TtsConfig(precision="fp32", warmup=False), cache_dir=cache_dir)
+    cancel = threading.Event()
+    stream = engine.synthesize(SENTENCE, SynthesisOptions(), cancel=cancel)
+    next(stream)
+    cancel.set()
+    assert list(stream) == [] and len(engine.prompts) == 0
+
+
+def test_warmed_prompts_persist_for_the_next_start(tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("# the menu\nPress one for billing.\nPlease hold.\n")
+    config = TtsConfig(precision="fp32", warmup=False, cache_persist=True,
+                       cache_prompts=str(prompts))
+    engine = TtsEngine(config, cache_dir=str(tmp_path))
+    assert engine.warm_prompts() == 2
+    assert len(list((tmp_path / "prompts").glob("*.f32"))) == 2
+    later = TtsEngine(config, cache_dir=str(tmp_path))  # the next start: read, not synthesized
+    t0 = time.perf_counter()
+    assert later.warm_prompts() == 2
+    assert later.prompts.hits == 2 and later.prompts.misses == 0
+    chunks, _ = speak(later, "Press one for billing.")
+    assert all(c.cached for c in chunks)
+    assert time.perf_counter() - t0 < 30  # generous: only the voice loads
+
+
+def test_a_bf16_vocoder_speaks_what_fp32_speaks(cache_dir):
+    """bf16 (OpenVINO) decodes the chunk windows it was built for, FP32 the rest; the audio
+    is the same length and close to FP32's (runs on any x86 CPU: without native bf16 the
+    plugin computes in f32)."""
+    opts = {"format": "float32", "noise_scale": 0.0, "noise_w_scale": 0.0}
+    fp32 = TtsEngine(TtsConfig(precision="fp32", vocoder="fp32", warmup=False, cache_mb=0),
+                     cache_dir=cache_dir)
+    bf16 = TtsEngine(TtsConfig(precision="fp32", vocoder="bf16", warmup=False, cache_mb=0),
+                     cache_dir=cache_dir)
+    voice = bf16.voice()
+    assert voice.split is not None and voice.split.vocoder == "bf16"
+    assert len(voice.split.fast) == 2  # the first chunk's window and a whole chunk's
+    assert voice.model_id != fp32.voice().model_id  # cached prompts are kept apart
+    for text in (SENTENCE, "Please hold."):  # long: bf16 windows; short: FP32 for the rest
+        _, ref = speak(fp32, text, **opts)
+        _, out = speak(bf16, text, **opts)
+        assert out.size == ref.size
+        assert snr_db(ref, out) > 25.0
+
+
+def test_auto_vocoder_follows_the_cpu_and_says_why(cache_dir, capsys):
+    from cosyvoiced.runtime.openvino import BF16_FLAG, cpu_flags
+
+    engine = TtsEngine(TtsConfig(precision="fp32", vocoder="auto", warmup=False, cache_mb=0),
+                       cache_dir=cache_dir)
+    voice = engine.voice()
+    logged = capsys.readouterr().out
+    assert "tts_vocoder" in logged
+    if BF16_FLAG not in cpu_flags():
+        assert voice.split.vocoder == "fp32" and f"no {BF16_FLAG}" in logged
+    else:  # bf16 only if it measured faster here and close to fp32: either way, said
+        assert voice.split.vocoder in ("fp32", "bf16") and "time_vs_fp32" in logged

@@ -15,7 +15,7 @@ import sys
 
 from tools.bench.report import Report
 
-SUITES = ("tts", "download", "io", "streams", "features", "asr", "listen", "calls")
+SUITES = ("tts", "download", "prompts", "io", "streams", "features", "asr", "listen", "calls")
 
 
 def main(argv: list[str] | None = None) -> int:

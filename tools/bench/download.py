@@ -46,7 +46,9 @@ def run(quick: bool) -> Report:
     text = TEXTS["long"]
     rounds = 1 if quick else 3
     report = Report("download", ["what", "seconds", "audio_s", "vs_engine"])
-    engine = TtsEngine(TtsConfig(), threads=1, cache_dir=tempfile.mkdtemp(prefix="bench-dl-"))
+    # the same text every round: no prompt cache on either side (the engine is measured)
+    engine = TtsEngine(TtsConfig(cache_mb=0), threads=1,
+                       cache_dir=tempfile.mkdtemp(prefix="bench-dl-"))
     engine.preload()
     opts = SynthesisOptions(rate_hz=16000, format="s16le")
     settings = [True] if quick else [True, False]
@@ -57,7 +59,8 @@ def run(quick: bool) -> Report:
         for wc in settings:
             home = Path(tmp) / f"wc{int(wc)}"
             home.mkdir()
-            daemons[wc] = Daemon(home, (f"workers.work_conserving={str(wc).lower()}",))
+            daemons[wc] = Daemon(home, (f"workers.work_conserving={str(wc).lower()}",
+                                        "tts.cache_mb=0"))
         try:
             for d in daemons.values():
                 _download(d.http, "Warming up.")

@@ -92,10 +92,11 @@ def run(quick: bool) -> Report:
         runners[("piper", threads)] = (
             lambda text, p=piper: _measure(p.synthesize(text), lambda c: c.audio_float_array.size))
         precisions = ["fp32"] + (["int8"] if variant else [])
-        variants = [(f"cosyvoiced-{p}", p, TtsConfig(precision=p)) for p in precisions]
+        variants = [(f"cosyvoiced-{p}", p, TtsConfig(precision=p, cache_mb=0)) for p in precisions]
         # the earlier path beside it: one whole-graph run per clause, cut as workers cut
         variants.append(("cosyvoiced-fp32-clauses", "fp32",
-                         TtsConfig(precision="fp32", decode="clauses", max_clause_chars=80)))
+                         TtsConfig(precision="fp32", decode="clauses", max_clause_chars=80,
+                                   cache_mb=0)))
         for name, precision, tts in variants:
             engine = TtsEngine(tts, threads=threads, cache_dir=cache_dir, state_dir=state_dir)
             engine.voice(None, precision)

@@ -107,7 +107,9 @@ def start_cosyvoiced(tmp: Path, cpus: str, workers: int,
               f"service.cache_dir={json.dumps(str(REPO / 'var' / 'cache'))}",
               'api.listen=["tcp://127.0.0.1:0"]', 'audiosocket.listen="127.0.0.1:0"',
               'wyoming.listen="tcp://127.0.0.1:0"', f"workers.count={workers}",
-              f"workers.cpus={json.dumps(cpus)}", "log.level=\"warning\"", *sets):
+              f"workers.cpus={json.dumps(cpus)}", "log.level=\"warning\"",
+              # replies are drawn from a short list: the engine is measured, not the cache
+              "tts.cache_mb=0", *sets):
         args += ["--set", s]
     m = Managed("cosyvoiced", args, parse_cpus(cpus), tmp / "cosyvoiced.log",
                 env={"NOTIFY_SOCKET": str(notify)})

@@ -6,6 +6,8 @@ worth in one process). Parts update it; `GET /metrics` renders it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping, Sequence
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -14,6 +16,8 @@ from prometheus_client import (
     exposition,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
 TICK_LATE_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05)
@@ -43,10 +47,6 @@ class Metrics:
                                       "on a full ring", ["kind"], registry=r)
         self.ring_fill = Gauge("cosyvoiced_ring_fill_ratio", "Mean fill of the rings",
                                ["direction"], registry=r)
-        self.worker_busy = Gauge("cosyvoiced_worker_busy_ratio", "Busy fraction of each "
-                                 "inference worker", ["worker"], registry=r)
-        self.queue_depth = Gauge("cosyvoiced_queue_depth", "Jobs waiting in the workers",
-                                 ["kind"], registry=r)
         self.refused = Counter("cosyvoiced_admissions_refused", "New streams or requests "
                                "refused", ["reason"], registry=r)
         self.tick_late = Histogram("cosyvoiced_audiosocket_tick_late_seconds",
@@ -55,5 +55,45 @@ class Metrics:
         self.worker_restarts = Counter("cosyvoiced_worker_restarts", "Inference workers "
                                        "restarted after dying", registry=r)
 
+    def watch_workers(self, figures: Callable[[], Sequence[Mapping[str, float]]]) -> None:
+        """Export the live workers' own figures (`WorkerStats` snapshots, each with its
+        "worker" index), read at every scrape."""
+        self.registry.register(WorkerFigures(figures))
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class WorkerFigures(Collector):
+    """Figures the workers publish in shared memory, as metrics at scrape time."""
+
+    def __init__(self, figures: Callable[[], Sequence[Mapping[str, float]]]) -> None:
+        self.figures = figures
+
+    def describe(self) -> list[Metric]:
+        return []  # families are named in collect(); nothing to check at register
+
+    def collect(self) -> Iterator[Metric]:
+        workers = self.figures()
+        busy = GaugeMetricFamily("cosyvoiced_worker_busy_ratio",
+                                 "Busy fraction of each inference worker", labels=["worker"])
+        rtf = GaugeMetricFamily("cosyvoiced_worker_tts_rtf", "Each worker's synthesis "
+                                "seconds per second of speech (recent steps)", labels=["worker"])
+        for w in workers:
+            busy.add_metric([str(int(w["worker"]))], w["busy"])
+            rtf.add_metric([str(int(w["worker"]))], w["rtf"])
+        yield busy
+        yield rtf
+        queued = GaugeMetricFamily("cosyvoiced_queue_depth", "Jobs waiting in the workers",
+                                   labels=["kind"])
+        queued.add_metric(["tts"], sum(w["queued"] for w in workers))
+        yield queued
+        yield CounterMetricFamily("cosyvoiced_tts_prompt_cache_hits", "Sentences said from "
+                                  "the prompt cache (live workers)",
+                                  value=sum(w["prompt_hits"] for w in workers))
+        yield CounterMetricFamily("cosyvoiced_tts_prompt_cache_misses", "Sentences looked up "
+                                  "in the prompt cache and synthesized (live workers)",
+                                  value=sum(w["prompt_misses"] for w in workers))
+        yield GaugeMetricFamily("cosyvoiced_tts_prompt_cache_bytes", "Audio held in the "
+                                "workers' prompt caches",
+                                value=sum(w["prompt_bytes"] for w in workers))

@@ -90,6 +90,8 @@ class AudioChunk:
     """Characters whose text front ran for this chunk (its sentence's first chunk)."""
     front_s: float = 0.0
     """How long that front run took (with phonemization)."""
+    cached: bool = False
+    """Copied from the prompt cache (no model run: its time says nothing of one)."""
 
     @property
     def samples(self) -> int:

@@ -18,6 +18,7 @@ trimmed contexts chunks decode with on a probe sentence.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -40,6 +41,7 @@ from cosyvoiced.tts.seam import (
     split_flow,
     split_model,
 )
+from cosyvoiced.tts.vocoder import pick_decoder
 
 log = structlog.get_logger(__name__)
 
@@ -136,6 +138,10 @@ class SplitVoice:
     """Decoder frames (left, right) around a `decode_chunk` chunk (None: the field)."""
     flow_context: tuple[int, int] | None = None
     """Frames (left, right) around a flow window (None: its field)."""
+    vocoder: str = "fp32"
+    """The decoder's precision: "fp32" (ONNX Runtime) or "bf16" (OpenVINO; `tts.vocoder`)."""
+    fast: dict[int, Any] = dataclasses.field(default_factory=dict)
+    """bf16 decoders by the window (frames) each was compiled for, ascending (`vocoder.py`)."""
 
     @property
     def combined_field(self) -> ReceptiveField:
@@ -209,9 +215,15 @@ class SplitVoice:
         stop = frames if stop is None else stop
         left, right = context or (self.field.left, self.field.right)
         lo, hi = max(0, start - left), min(frames, stop + right)
+        session = self.decoder
+        for size, fast in self.fast.items():  # widened with more real context: still exact
+            if hi - lo <= size <= frames:
+                lo = max(0, min(lo, frames - size))
+                hi, session = lo + size, fast
+                break
         feeds = dict(latent)
         feeds[self.seam.latent] = np.ascontiguousarray(latent[self.seam.latent][..., lo:hi])
-        audio = np.asarray(run(self.decoder, feeds)[0], dtype=np.float32).reshape(-1)
+        audio = np.asarray(run(session, feeds)[0], dtype=np.float32).reshape(-1)
         begin = (start - lo) * self.field.hop
         return audio[begin:begin + (stop - start) * self.field.hop]
 
@@ -282,15 +294,17 @@ def _snr_db(ref: np.ndarray, x: np.ndarray) -> float:
     return float("inf") if noise == 0 else 10 * np.log10(float(np.sum(ref**2.0)) / noise)
 
 
-def probe_feeds(model_path: str, inputs: list[str]) -> tuple[dict[str, np.ndarray], int] | None:
+def probe_feeds(model_path: str, inputs: list[str], config_path: str | None = None
+                ) -> tuple[dict[str, np.ndarray], int] | None:
     """(model inputs, sample rate) of `PROBE_PHONEMES` through the voice's phoneme map
-    (its `.onnx.json`), noise off; None where the voice has no such config or inputs."""
+    (`config_path`, default its `.onnx.json`), noise off; None where the voice has no such
+    config or inputs."""
     import json
 
     from cosyvoiced.tts.phonemize import raw_phonemes, to_ids
 
     try:
-        config = json.loads(Path(f"{model_path}.json").read_text(encoding="utf-8"))
+        config = json.loads(Path(config_path or f"{model_path}.json").read_text(encoding="utf-8"))
         ids = to_ids(raw_phonemes(PROBE_PHONEMES), config["phoneme_id_map"])
         rate = int(config["audio"]["sample_rate"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -320,7 +334,8 @@ def join_snr(voice: SplitVoice, feeds: Mapping[str, np.ndarray], size: int,
     return _snr_db(joined(replace(voice, context=None, flow_context=None)), joined(voice))
 
 
-def _trim_contexts(voice: SplitVoice, model_path: str, verdict: Path | None) -> None:
+def _trim_contexts(voice: SplitVoice, model_path: str, verdict: Path | None,
+                   config_path: str | None = None) -> None:
     """Set the voice's contexts to `DECODER_CONTEXT` / `FLOW_CONTEXT` frames where the
     probe sentence joins at >= `MIN_JOIN_SNR_DB` with them, else keep the fields (exact).
     The verdict is cached at `verdict` (the probe costs ~0.5 s)."""
@@ -338,7 +353,7 @@ def _trim_contexts(voice: SplitVoice, model_path: str, verdict: Path | None) -> 
     except (OSError, ValueError):
         kept, snr = None, 0
     if not isinstance(kept, bool) or not isinstance(snr, float):
-        probe = probe_feeds(model_path, [i.name for i in voice.front.get_inputs()])
+        probe = probe_feeds(model_path, [i.name for i in voice.front.get_inputs()], config_path)
         if probe is None:
             log.info("tts_split_context", model=model_path, context="full",
                      decoder=full[0], flow=full[1], reason="no probe sentence")
@@ -369,7 +384,9 @@ def _walk_flow(flow: Any, seam: FlowSeam, model_path: str) -> ReceptiveField | N
 
 def load_split(model_path: str | os.PathLike[str], *, threads: int = 1,
                cache_dir: str | os.PathLike[str] | None = None,
-               prefix: str = DECODER, flow_prefix: str = FLOW) -> SplitVoice | None:
+               prefix: str = DECODER, flow_prefix: str = FLOW,
+               vocoder: str = "fp32", chunks_s: tuple[float, ...] = (0.25, 1.0),
+               config_path: str | os.PathLike[str] | None = None) -> SplitVoice | None:
     """The voice at `model_path` as front + flow + decoder sessions (the flow in the front
     where it cannot be split off), or None (logged: the caller keeps the whole graph)
     where it has no seam or its decoder's reach is not known. Chunks decode with trimmed
@@ -377,6 +394,7 @@ def load_split(model_path: str | os.PathLike[str], *, threads: int = 1,
     import onnx
 
     model_path = str(model_path)
+    config = str(config_path) if config_path is not None else None
     paths = split_paths(model_path, cache_dir) if cache_dir is not None else None
     cached = paths is not None and paths.front.is_file() and paths.decoder.is_file()
     models: dict[str, Any] = {}  # front / flow / decoder graphs (the front not read if cached)
@@ -442,7 +460,16 @@ def load_split(model_path: str | os.PathLike[str], *, threads: int = 1,
         log.warning("tts_decode_path", model=model_path, path="whole",
                     reason=f"front outputs {sorted(outputs)}")
         return None
-    _trim_contexts(voice, model_path, paths.contexts if paths is not None else None)
+    _trim_contexts(voice, model_path, paths.contexts if paths is not None else None, config)
+    probe = probe_feeds(model_path, [i.name for i in voice.front.get_inputs()], config) \
+        if vocoder != "fp32" else None
+    left, right = voice.context or (field.left, field.right)
+    sizes = [voice.frames_for(s, probe[1]) + left + right for s in chunks_s] if probe else []
+    voice.fast, voice.vocoder = pick_decoder(
+        vocoder, voice.decoder, models["decoder"].SerializeToString(),
+        voice.latent(probe[0]) if probe is not None else None, seam.latent, sizes,
+        threads=threads, cache_dir=str(cache_dir) if cache_dir is not None else None,
+        model=model_path)
     flow = None if flow_field is None else voice.flow_context or (flow_field.left,
                                                                   flow_field.right)
     log.info("tts_decode_path", model=model_path, path="split", latent=seam.latent,

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import structlog
@@ -36,6 +37,7 @@ from cosyvoiced.tts.normalize import Segment, plain_segments
 from cosyvoiced.tts.normalize.ssml import parse_ssml
 from cosyvoiced.tts.phonemize import raw_phonemes, text_to_ids, to_ids
 from cosyvoiced.tts.plan import Clause, PlanLimits, plan
+from cosyvoiced.tts.prompts import PromptCache, PromptKey, read_prompts
 from cosyvoiced.tts.request import LENGTH_SCALE_RANGE, AudioChunk, SynthesisOptions, check_text
 from cosyvoiced.tts.split import chunk_bounds
 from cosyvoiced.tts.voices import Voice, VoiceMeta, describe, discover, find_voice, load_voice
@@ -126,6 +128,8 @@ class Step:
     """Speech it yields (exact once its sentence's front ran, else guessed from text)."""
     pause_s: float = 0.0
     """Silence after it (costs nothing to make)."""
+    cached: bool = False
+    """Its sentence is in the prompt cache: a copy, no model run."""
 
 
 class TtsEngine:
@@ -139,6 +143,8 @@ class TtsEngine:
         self.state_dir = state_dir
         self._voices: dict[tuple[str, str], Voice] = {}
         self._lock = threading.Lock()
+        persist = Path(cache_dir) / "prompts" if cache_dir and config.cache_persist else None
+        self.prompts = PromptCache(int(config.cache_mb * 2**20), persist)
 
     def voice_names(self) -> list[str]:
         return sorted(discover(self.config.voices_dirs))
@@ -161,9 +167,22 @@ class TtsEngine:
                 files = find_voice(name, self.config.voices_dirs)
                 voice = load_voice(files, precision=precision, threads=self.threads,
                                    cache_dir=self.cache_dir, state_dir=self.state_dir,
-                                   decode=self.config.decode)
+                                   decode=self.config.decode, vocoder=self.config.vocoder,
+                                   chunks_s=(self.config.first_chunk_s, self.config.chunk_s))
                 self._voices[key] = self._warm_up(voice)
             return self._voices[key]
+
+    def warm_prompts(self) -> int:
+        """Synthesize `tts.cache_prompts` into the prompt cache (default voice and settings;
+        read from disk instead where `cache_persist` kept them); returns the prompts said."""
+        path = self.config.cache_prompts
+        if not path or not self.prompts.enabled:
+            return 0
+        prompts = read_prompts(path)
+        for text in prompts:
+            for _ in self.synthesize(text, persist_prompts=True):
+                pass
+        return len(prompts)
 
     def register(self, voice: Voice, precision: str) -> Voice:
         """Serve an already loaded voice (tools judging a model file) under its name."""
@@ -209,8 +228,8 @@ class TtsEngine:
                           c.clause_silence_ms, c.sentence_silence_ms)
 
     def synthesize(self, text: str | bytes, options: SynthesisOptions | None = None, *,
-                   precision: str | None = None,
-                   cancel: threading.Event | None = None) -> Synthesis:
+                   precision: str | None = None, cancel: threading.Event | None = None,
+                   persist_prompts: bool = False) -> Synthesis:
         """Check the request now (typed errors raised here), then stream its chunks."""
         options = options or SynthesisOptions()
         options.check()
@@ -225,7 +244,8 @@ class TtsEngine:
         floor_s = audio_floor_s(clauses, length)
         if floor_s > self.config.max_audio_s:
             raise AudioTooLong(floor_s, self.config.max_audio_s)
-        return Synthesis(self.config, voice, clauses, options, sid, cancel)
+        return Synthesis(self.config, voice, clauses, options, sid, cancel,
+                         prompts=self.prompts, persist_prompts=persist_prompts)
 
 
 class Synthesis(Iterator[AudioChunk]):
@@ -233,7 +253,8 @@ class Synthesis(Iterator[AudioChunk]):
 
     def __init__(self, config: TtsConfig, voice: Voice, clauses: list[Clause],
                  options: SynthesisOptions, sid: int | None,
-                 cancel: threading.Event | None) -> None:
+                 cancel: threading.Event | None, *, prompts: PromptCache | None = None,
+                 persist_prompts: bool = False) -> None:
         cfg = voice.config
         self.config = config
         self.voice = voice
@@ -251,8 +272,12 @@ class Synthesis(Iterator[AudioChunk]):
         self._first_speech = next((n for n, c in enumerate(clauses) if c.text), -1)
         self._left: list[tuple[int, int]] = []
         """Chunks of the current sentence not decoded yet (latent frames)."""
+        self._left_cached: list[tuple[int, int]] = []
+        """Chunks of the current sentence, from the prompt cache, not yielded yet."""
         self._pause_s = 0.0
         """The pause after the current sentence."""
+        self.prompts = prompts if prompts is not None and prompts.enabled else None
+        self.persist_prompts = persist_prompts
         self._gen = self._chunks()
 
     def __next__(self) -> AudioChunk:
@@ -268,6 +293,23 @@ class Synthesis(Iterator[AudioChunk]):
         return split.frames_for(self.config.first_chunk_s, self.voice.sample_rate_hz) \
             if n == self._first_speech else None
 
+    def _key(self, clause: Clause) -> PromptKey:
+        return PromptKey(self.voice.model_id, clause.text, clause.phonemes,
+                         effective_length_scale(self.length, clause.rate), self.noise,
+                         self.noise_w, self.sid, "chunked" if self.voice.split else "whole")
+
+    def _cut(self, n: int, samples: int) -> list[tuple[int, int]]:
+        """A cached sentence's steps (samples), sized as its synthesis would be."""
+        rate = self.voice.sample_rate_hz
+        size = max(1, int(self.config.chunk_s * rate))
+        first = int(self.config.first_chunk_s * rate) if n == self._first_speech else size
+        bounds, a = [], 0
+        while a < samples:
+            b = min(samples, a + (first if a == 0 else size))
+            bounds.append((a, b))
+            a = b
+        return bounds
+
     def upcoming(self) -> Iterator[Step]:
         """The steps still to come, in order (later sentences' audio guessed from text)."""
         voice, rate = self.voice, self.voice.sample_rate_hz
@@ -275,9 +317,20 @@ class Synthesis(Iterator[AudioChunk]):
         hop_s = split.field.hop / rate if split is not None else 0.0
         for i, (a, b) in enumerate(self._left):
             yield Step(0, (b - a) * hop_s, self._pause_s if i == len(self._left) - 1 else 0.0)
+        for i, (a, b) in enumerate(self._left_cached):
+            yield Step(0, (b - a) / rate, self._pause_s if i == len(self._left_cached) - 1
+                       else 0.0, cached=True)
         for n in range(self._at, len(self.clauses)):
             clause = self.clauses[n]
             pause_s = clause.pause_after_ms / 1000
+            cached = self.prompts.samples(self._key(clause)) \
+                if self.prompts is not None and clause.text else None
+            if cached is not None:
+                bounds = self._cut(n, cached)
+                for i, (a, b) in enumerate(bounds):
+                    yield Step(0, (b - a) / rate, pause_s if i == len(bounds) - 1 else 0.0,
+                               cached=True)
+                continue
             speech_s = len(clause.text) * voice.speech_s_per_char * \
                 effective_length_scale(self.length, clause.rate)
             if not clause.text or split is None:
@@ -297,8 +350,28 @@ class Synthesis(Iterator[AudioChunk]):
             per_char = frames * split.field.hop / voice.sample_rate_hz / len(clause.text) / scale
             voice.speech_s_per_char += SPEECH_PER_CHAR_EWMA * (per_char - voice.speech_s_per_char)
 
-    def _pieces(self, n: int, clause: Clause) -> Iterator[tuple[np.ndarray, int, float]]:
-        """(speech, front chars, front seconds) of a clause's steps, in order."""
+    def _pieces(self, n: int, clause: Clause) -> Iterator[tuple[np.ndarray, int, float, bool]]:
+        """(speech, front chars, front seconds, cached) of a clause's steps, in order: from
+        the prompt cache, or synthesized (and then kept there, before its last piece leaves:
+        the caller may stop after it)."""
+        key = self._key(clause) if self.prompts is not None else None
+        kept = self.prompts.get(key) if self.prompts is not None and key is not None else None
+        if kept is not None:
+            self._left_cached = self._cut(n, kept.shape[0])
+            while self._left_cached:
+                a, b = self._left_cached.pop(0)
+                yield kept[a:b].copy(), 0, 0.0, True
+            return
+        made: list[np.ndarray] = []
+        for speech, front_chars, front_s in self._synthesize(n, clause):
+            if self.prompts is not None and key is not None:
+                made.append(speech.copy())
+                if not self._left:
+                    self.prompts.put(key, np.concatenate(made), persist=self.persist_prompts)
+            yield speech, front_chars, front_s, False
+
+    def _synthesize(self, n: int, clause: Clause) -> Iterator[tuple[np.ndarray, int, float]]:
+        """(speech, front chars, front seconds) of a clause's model runs, in order."""
         voice, cfg = self.voice, self.voice.config
         t0 = time.perf_counter()
         ids = (to_ids(raw_phonemes(clause.text), cfg.phoneme_id_map) if clause.phonemes
@@ -337,14 +410,15 @@ class Synthesis(Iterator[AudioChunk]):
             self._pause_s = clause.pause_after_ms / 1000
             pause = np.zeros(min(clause.pause_after_ms * in_rate // 1000, left),
                              dtype=np.float32)
-            pieces = self._pieces(n, clause) if clause.text else iter([(pause[:0], 0, 0.0)])
+            pieces = self._pieces(n, clause) if clause.text \
+                else iter([(pause[:0], 0, 0.0, False)])
             head = True
-            for speech, front_chars, front_s in pieces:
+            for speech, front_chars, front_s, cached in pieces:
                 if self.cancel is not None and self.cancel.is_set():
                     log.info("tts_cancelled", voice=voice.name, at_clause=n,
                              clauses=len(self.clauses))
                     return
-                tail = not self._left
+                tail = not self._left and not self._left_cached
                 if tail and clause.cut:  # mid-phrase: no end-of-utterance pause where none is
                     speech = trim_trailing_silence(speech, keep=CUT_TAIL_MS * in_rate // 1000)
                 np.multiply(speech, gain, out=speech)
@@ -367,7 +441,7 @@ class Synthesis(Iterator[AudioChunk]):
                     np.clip(audio, -1.0, 1.0, out=audio)  # the filter rings past full scale
                 yield AudioChunk(audio, encode(audio, fmt), out_rate, fmt, index, clause.text,
                                  last, speech_s=speech_s, front_chars=front_chars,
-                                 front_s=front_s)
+                                 front_s=front_s, cached=cached)
                 index += 1
                 if last:
                     return

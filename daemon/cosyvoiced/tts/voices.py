@@ -145,6 +145,8 @@ class Voice:
     gain: float = 1.0
     """Fixed output gain (set by warm-up) used instead of per-sentence peak normalization."""
     split: SplitVoice | None = None
+    model_id: str = ""
+    """What was loaded, for caches of its audio: name, precision, model file size and time."""
     speech_s_per_char: float = 0.045
     """Seconds of speech per character of text at length scale 1, learned from each
     sentence's latent frames (the planner's guess of a sentence's audio before its run)."""
@@ -175,7 +177,8 @@ class Voice:
 
 def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
                cache_dir: str | None = None, state_dir: str | None = None,
-               decode: str = "chunked") -> Voice:
+               decode: str = "chunked", vocoder: str = "fp32",
+               chunks_s: tuple[float, ...] = (0.25, 1.0)) -> Voice:
     """Load a voice at `precision` (fp32 | int8 | auto); `decode` "chunked" loads it split
     at its latent seam where it has one (`tts.split`), else (or "clauses") whole."""
     if precision not in PRECISIONS:
@@ -195,13 +198,15 @@ def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
     split = None
     if decode == "chunked":
         try:
-            split = load_split(model, threads=threads, cache_dir=cache_dir)
+            split = load_split(model, threads=threads, cache_dir=cache_dir, vocoder=vocoder,
+                               chunks_s=chunks_s, config_path=files.config_path)
         except OnnxError as exc:  # the whole graph below, or its own typed error
             log.warning("tts_split_unloadable", voice=files.name, path=str(model), error=str(exc))
     if split is not None:
         log.info("voice_loaded", voice=files.name, precision=chosen, threads=threads,
-                 decode="chunked")
-        return Voice(files.name, config, None, chosen, language, split=split)
+                 decode="chunked", vocoder=split.vocoder)
+        return Voice(files.name, config, None, chosen, language, split=split,
+                     model_id=f"{model_id(files.name, chosen, model)}:{split.vocoder}")
     rewrite = decoder_rewrite(threads)
     try:  # weights memory-mapped from the cache: one copy per box, not per worker
         session = create_session(model, threads=threads, cache_dir=cache_dir, rewrite=rewrite,
@@ -210,9 +215,17 @@ def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
         if chosen == "fp32":
             raise
         log.warning("int8_variant_unloadable", voice=files.name, path=str(model))
+        model = files.model_path
         session, chosen = create_session(files.model_path, threads=threads,
                                          cache_dir=cache_dir, rewrite=rewrite,
                                          shared_weights=True), "fp32"
     log.info("voice_loaded", voice=files.name, precision=chosen, threads=threads,
              decode="clauses")
-    return Voice(files.name, config, session, chosen, language)
+    return Voice(files.name, config, session, chosen, language,
+                 model_id=model_id(files.name, chosen, model))
+
+
+def model_id(name: str, precision: str, model: Path) -> str:
+    """A loaded model's identity: another file under the same name is another voice."""
+    st = model.stat()
+    return f"{name}:{precision}:{st.st_size}:{st.st_mtime_ns}"

@@ -13,7 +13,7 @@ from multiprocessing.context import BaseContext
 from typing import Any
 
 FIELDS = ("heartbeat_s", "busy", "rtf", "vad_us", "tts_streams", "listen_streams",
-          "clauses", "windows", "queued")
+          "clauses", "windows", "queued", "prompt_hits", "prompt_misses", "prompt_bytes")
 _I = {name: i for i, name in enumerate(FIELDS)}
 
 

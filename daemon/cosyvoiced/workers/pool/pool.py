@@ -172,6 +172,11 @@ class WorkerPool:
                 st.get("vad_us") if st else 0.0, s.speaking, s.listening, len(s.streams)))
         return out
 
+    def worker_figures(self) -> list[dict[str, float]]:
+        """Each live worker's published figures (`WorkerStats`), with its index."""
+        return [{**s.proc.stats.snapshot(), "worker": float(s.index)} for s in self.slots
+                if s.proc is not None and s.proc.ready]
+
     def _open(self, handle_cls: type[StreamHandle], kind: str, ring: Ring, rate_hz: int,
               stream_id: str | None) -> StreamHandle:
         if not self.running:

@@ -77,6 +77,8 @@ class ClauseCosts:
         return self.s_per_speech_s + front
 
     def cost_s(self, step: Step) -> float:
+        if getattr(step, "cached", False):  # a copy from the prompt cache
+            return 0.0
         return step.front_chars * self.front_s_per_char + step.speech_s * self.s_per_speech_s
 
     def _first(self, job: Any) -> Step | None:

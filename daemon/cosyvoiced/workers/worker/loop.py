@@ -101,6 +101,10 @@ class Worker:
                 WARMUP_TEXT, SynthesisOptions(format="float32")))
             rtf = (time.perf_counter() - t0) / audio_s if audio_s else 0.0
             self.meter.rtf = rtf
+            t0 = time.perf_counter()
+            if said := self.engine.warm_prompts():
+                log.info("tts_prompts_warmed", prompts=said, cached=len(self.engine.prompts),
+                         seconds=round(time.perf_counter() - t0, 3))
         vad_us = 0.0
         for rate_hz in (8000, 16000):  # calls are 8 kHz, most else 16 kHz: load both now
             batch = self._make_vad(rate_hz)
@@ -183,6 +187,10 @@ class Worker:
         s.set("listen_streams", len(self.vad))
         s.set("clauses", self.clauses)
         s.set("windows", sum(g.windows for g in self.vad.groups.values()))
+        prompts = self.engine.prompts
+        s.set("prompt_hits", prompts.hits)
+        s.set("prompt_misses", prompts.misses)
+        s.set("prompt_bytes", prompts.bytes)
         s.set("queued", self.tts.queued())
 
     def _send(self, msg: object) -> None:

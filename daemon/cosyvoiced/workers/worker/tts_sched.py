@@ -360,7 +360,7 @@ class TtsScheduler:
         first = not job.audio_samples
         job.synth_s += dt
         stream.last_synth_s = dt
-        if chunk is not None:
+        if chunk is not None and not getattr(chunk, "cached", False):
             self._learn(job, chunk, dt, first, stream.rate_hz)
         if chunk is None:
             self._finish_synth(stream, job)

@@ -1,0 +1,101 @@
+"""OpenVINO's CPU plugin behind the session interface the voices use (`run`, names).
+
+Where the CPU computes in bfloat16 natively (AMX: `amx_bf16` in /proc/cpuinfo), OpenVINO
+runs a convolutional vocoder in bf16 at one thread in ~0.6x the time of ONNX Runtime in
+FP32 (figures: docs/performance.md); ONNX Runtime's CPU provider has no bf16 kernels for
+it. Only graphs whose inputs have a known rank load here (`shapes` names the dynamic
+ones), and only the vocoder's parts: a voice's text front (durations) stays FP32 in ONNX
+Runtime, since bf16 moves frame counts.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import structlog
+
+from cosyvoiced.runtime.onnx import OnnxError
+
+log = structlog.get_logger(__name__)
+
+BF16_FLAG = "amx_bf16"
+"""The CPU flag that makes bf16 pay: AMX tiles. avx512_bf16 alone measured no faster
+than FP32 (docs/performance.md)."""
+
+
+def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The first CPU's flags (every core of a box has the same)."""
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+@dataclass(frozen=True)
+class _Name:
+    name: str
+
+
+class OvSession:
+    """One compiled model and its one infer request (a worker runs one step at a time)."""
+
+    def __init__(self, compiled: Any, precision: str) -> None:
+        self.compiled = compiled
+        self.precision = precision
+        self._request = compiled.create_infer_request()
+        self._inputs = [_Name(p.get_any_name()) for p in compiled.inputs]
+        self._outputs = [_Name(p.get_any_name()) for p in compiled.outputs]
+
+    def get_inputs(self) -> list[_Name]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[_Name]:
+        return list(self._outputs)
+
+    def run(self, outputs: Sequence[str] | None, feeds: Mapping[str, np.ndarray]
+            ) -> list[np.ndarray]:
+        """ONNX Runtime's `run`: outputs by name (all when None), each a copy (the
+        request's tensors are reused by the next run)."""
+        result = self._request.infer(dict(feeds))
+        names = [o.name for o in self._outputs] if outputs is None else list(outputs)
+        by_name = {p.get_any_name(): result[p] for p in self.compiled.outputs}
+        return [np.array(by_name[n], copy=True) for n in names]
+
+
+def create_ov_session(model: str | os.PathLike[str] | io.BytesIO, *, shapes: Mapping[str, Sequence[int]],
+                      threads: int = 1, precision: str = "bf16",
+                      cache_dir: str | os.PathLike[str] | None = None) -> OvSession:
+    """`model` (an ONNX file, or its bytes) compiled for OpenVINO's CPU plugin at `precision` (bf16 | f32), its
+    inputs given `shapes` (-1: dynamic); errors through the ONNX error gate."""
+    try:
+        import openvino as ov
+    except ImportError as exc:
+        raise OnnxError(f"openvino is not installed: {exc}", code="openvino_missing") from exc
+    config: dict[str, Any] = {
+        "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+        "INFERENCE_PRECISION_HINT": precision,
+        "ENABLE_CPU_PINNING": False,  # the worker is pinned already: no second opinion
+    }
+    core = ov.Core()
+    if cache_dir is not None:  # compiled blobs: a warm start skips compilation
+        core.set_property({"CACHE_DIR": str(Path(cache_dir) / "openvino")})
+    try:
+        source = model if isinstance(model, io.BytesIO) else str(model)
+        converted = ov.convert_model(source, input=[
+            (name, ov.PartialShape(list(shape))) for name, shape in shapes.items()])
+        compiled = core.compile_model(converted, "CPU", config)
+    except Exception as exc:  # the plugin's errors are RuntimeErrors of every kind
+        what = "the graph" if isinstance(model, io.BytesIO) else str(model)
+        raise OnnxError(f"OpenVINO could not compile {what}: {exc}",
+                        code="openvino_compile") from exc
+    return OvSession(compiled, precision)

@@ -1,0 +1,118 @@
+"""The vocoder's engine and precision, chosen per voice at load (`tts.vocoder`).
+
+A split voice's decoder (latent frames -> audio, ~2/3 of a sentence's synthesis time) may
+run in bf16 through OpenVINO's CPU plugin (`runtime/openvino.py`) instead of FP32 on ONNX
+Runtime. The plugin builds its kernels for each input shape it meets (a new shape measured
+~3x a known one's run: with every sentence's windows of their own length, bf16 came out
+1.28x slower than FP32), so bf16 decoders are compiled for fixed window sizes only, the
+windows of a first chunk and of a whole chunk with their contexts; `SplitVoice.decode`
+widens a window to such a size with more real context where the sentence has the frames
+(exact), and any other window (a sentence shorter than a chunk) runs FP32. The text front (durations) and the flow stay FP32 on ONNX Runtime: bf16 there
+moves frame counts (the front) or costs 15-20 dB of SNR (the flow), the decoder alone
+keeps ~40 dB. `auto` takes bf16 only where all of these hold, and logs `tts_vocoder`
+with what it chose and why:
+
+* the CPU has AMX (`amx_bf16`): without it bf16 measured no faster (docs/performance.md);
+* on the voice's probe sentence, the bf16 decoder is within `MIN_SNR_DB` of FP32;
+* timed on that sentence at load, interleaved with FP32, it takes at most
+  `MAX_TIME_RATIO` of FP32's time.
+
+`bf16` skips the CPU and timing checks (the SNR check still holds), `fp32` takes ONNX
+Runtime. Listening and WER figures of bf16 against FP32 are in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import structlog
+
+from cosyvoiced.runtime.onnx import OnnxError, run
+from cosyvoiced.runtime.openvino import BF16_FLAG, cpu_flags, create_ov_session
+
+log = structlog.get_logger(__name__)
+
+VOCODERS = ("auto", "fp32", "bf16")
+MIN_SNR_DB = 30.0
+"""Least SNR of the bf16 decoder's audio against FP32's on the probe sentence (measured
+40-41 dB on the bundled voice; below 30 dB something is wrong with the plugin or the CPU)."""
+MAX_TIME_RATIO = 0.85
+"""bf16 must take at most this share of FP32's decoder time to be worth a second engine
+(measured 0.6 on an AMX Xeon at one thread)."""
+TIMED_RUNS = 5
+
+
+def snr_db(ref: np.ndarray, x: np.ndarray) -> float:
+    n = min(ref.size, x.size)
+    noise = float(np.sum((ref[:n].astype(np.float64) - x[:n]) ** 2))
+    return float("inf") if noise == 0 else 10 * np.log10(float(np.sum(ref[:n] ** 2.0)) / noise)
+
+
+def choose(setting: str, flags: frozenset[str], snr: float | None,
+           time_ratio: float | None) -> tuple[str, str]:
+    """(precision, reason) for a voice's decoder from what was measured (None: not yet)."""
+    if setting == "fp32":
+        return "fp32", "configured"
+    if setting == "auto" and BF16_FLAG not in flags:
+        return "fp32", f"no {BF16_FLAG} on this CPU"
+    if snr is None:
+        return "fp32", "bf16 decoder unavailable"
+    if snr < MIN_SNR_DB:
+        return "fp32", f"bf16 SNR {snr:.1f} dB < {MIN_SNR_DB:.0f} dB"
+    if setting == "auto" and (time_ratio is None or time_ratio > MAX_TIME_RATIO):
+        return "fp32", f"bf16 not faster ({time_ratio:.2f}x fp32)" if time_ratio else "untimed"
+    return "bf16", "configured" if setting == "bf16" else f"{BF16_FLAG}, measured faster"
+
+
+def _timed(session: Any, feeds: Mapping[str, np.ndarray]) -> tuple[float, np.ndarray]:
+    t0 = time.perf_counter()
+    out = np.asarray(run(session, dict(feeds))[0], dtype=np.float32).reshape(-1)
+    return time.perf_counter() - t0, out
+
+
+def window(inputs: Mapping[str, np.ndarray], latent: str, frames: int) -> dict[str, np.ndarray]:
+    """`inputs` with `latent` cut (or repeated) to `frames` frames."""
+    x = inputs[latent]
+    reps = -(-frames // max(1, x.shape[-1]))
+    cut = np.ascontiguousarray(np.concatenate([x] * reps, axis=-1)[..., :frames])
+    return {**inputs, latent: cut}
+
+
+def pick_decoder(setting: str, fp32: Any, decoder: bytes, inputs: Mapping[str, np.ndarray] | None,
+                 latent: str, sizes: list[int], *, threads: int, cache_dir: str | None,
+                 model: str) -> tuple[dict[int, Any], str]:
+    """({window frames: bf16 decoder}, "bf16"), or ({}, "fp32"), for a voice: see the module
+    doc. `inputs`: the decoder's inputs for the probe sentence (None: no probe, FP32)."""
+    flags = cpu_flags()
+    wanted = setting == "bf16" or (setting == "auto" and BF16_FLAG in flags)
+    if not wanted or inputs is None:
+        reason = choose(setting, flags, None, None)[1] if not wanted else "no probe sentence"
+        log.info("tts_vocoder", model=model, precision="fp32", reason=reason)
+        return {}, "fp32"
+    fast: dict[int, Any] = {}
+    snr = float("inf")
+    times: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    try:
+        for size in sorted(set(sizes)):
+            feeds = window(inputs, latent, size)
+            shapes = {name: list(a.shape) for name, a in feeds.items()}
+            fast[size] = create_ov_session(io.BytesIO(decoder), shapes=shapes, threads=threads,
+                                           precision="bf16", cache_dir=cache_dir)
+            _, ref = _timed(fp32, feeds)  # one run each first: arenas and kernels made
+            _, out = _timed(fast[size], feeds)
+            snr = min(snr, snr_db(ref, out))
+        for _ in range(TIMED_RUNS):  # the chunk window, interleaved: busy moments hit both
+            times["fp32"].append(_timed(fp32, feeds)[0])
+            times["bf16"].append(_timed(fast[size], feeds)[0])
+    except OnnxError as exc:
+        log.warning("tts_vocoder", model=model, precision="fp32", reason=str(exc))
+        return {}, "fp32"
+    ratio = min(times["bf16"]) / max(min(times["fp32"]), 1e-9)
+    precision, reason = choose(setting, flags, snr, ratio)
+    log.info("tts_vocoder", model=model, precision=precision, reason=reason,
+             snr_db=round(float(snr), 1), time_vs_fp32=round(ratio, 3), windows=sorted(fast))
+    return (fast, "bf16") if precision == "bf16" else ({}, "fp32")
