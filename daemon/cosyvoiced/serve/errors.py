@@ -49,6 +49,7 @@ STATUS: dict[str, int] = {
     "worker_lost": UNAVAILABLE_STATUS,
     "stream_closed": UNAVAILABLE_STATUS,
     "worker_error": UNAVAILABLE_STATUS,
+    "asr_disabled": UNAVAILABLE_STATUS,
 }
 """Code -> status, for the codes that are not `DEFAULT_STATUS`."""
 

@@ -61,7 +61,7 @@ def test_speech_defaults_to_mp3_and_tts_keeps_wav():
             assert r.headers["Content-Type"] == "audio/wav"
         async with http.post("/v1/tts", json={"text": WORDS, "format": "flac"}) as r:
             assert r.status == 200 and r.headers["Content-Type"] == "audio/flac"
-            assert r.headers["X-Sample-Rate"] == "24000"
+            assert r.headers["X-Sample-Rate"] == "24000" and r.headers["X-Sample-Format"] == "flac"
             assert abs(decode(await r.read(), 60.0, 24000).size / 24000 - 0.5) < 0.1
     run(go)
 
@@ -246,4 +246,23 @@ def test_an_oversized_form_is_413():
         big.add_field("file", io.BytesIO(b"x"), filename="a.mp3")
         async with http.post("/v1/audio/transcriptions", data=big) as r:
             assert r.status == 413
+        many = FormData(default_to_multipart=True)
+        for _ in range(100):
+            many.add_field("language", "en")
+        async with http.post("/v1/audio/transcriptions", data=many) as r:
+            assert r.status == 413
+        assert not daemon.speech.listens
     run(go)
+
+
+def test_transcription_with_asr_off_is_503_and_models_leave_it_out():
+    daemon = FakeDaemon(speech=FakeSpeech(at_rate_asked=True))
+    daemon.speech.asr_model = lambda: None
+
+    async def go(http, daemon):
+        async with http.post("/v1/audio/transcriptions", data=form(flac(SPEECH, 16000))) as r:
+            assert r.status == 503 and (await r.json())["error"]["code"] == "asr_disabled"
+        async with http.get("/v1/models") as r:
+            assert [m["kind"] for m in (await r.json())["data"]] == ["tts"]
+        assert not daemon.speech.listens
+    run(go, daemon)

@@ -56,6 +56,10 @@ class AudioBody:
     def content_type(self) -> str:
         return "text/event-stream" if self.sse else CONTENT_TYPES[self.container]
 
+    def sample_format(self, chunk: AudioChunk) -> str:
+        """What `X-Sample-Format` says: the raw samples' format, or the codec's name."""
+        return self.container if self.container in ENCODINGS else chunk.format
+
     def start(self, first: AudioChunk) -> bytes:
         """What goes before the first chunk's audio (a WAV header, or nothing)."""
         if self.container in ENCODINGS:

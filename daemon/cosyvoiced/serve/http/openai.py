@@ -36,11 +36,14 @@ OPENAI_RATE_HZ = 24000
 """OpenAI's `pcm` is 24 kHz s16le mono; every other format is made at that rate too."""
 TRANSCRIPTION_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 ASR_RATE_HZ = 16000
-MAX_AUDIO_S = 2 * 3600.0
-"""Longest upload `/v1/audio/transcriptions` decodes (2 h: 460 MB of float32 at 16 kHz
-at most, whatever the container's compression)."""
+MAX_AUDIO_S = MAX_UPLOAD_BYTES / 2 / ASR_RATE_HZ
+"""Longest upload `/v1/audio/transcriptions` decodes: what the largest WAV upload to
+`/v1/transcribe` holds at 16 kHz (~35 min, 134 MB of float32), whatever the container's
+compression."""
 MAX_FIELD_BYTES = 64 * 1024
 """Largest form field other than `file` (a prompt, a language code)."""
+MAX_FIELDS = 64
+"""Most parts a form may have (OpenAI's clients send under ten)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +123,7 @@ class OpenAIRoutes:
         asr = speech.asr_model()
         if asr is not None:
             data.append({"id": asr, "object": "model", "created": 0, "owned_by": "cosyvoiced",
-                         "kind": "asr", "languages": list(asr_languages(asr))})
+                         "kind": "asr", "languages": list(ASR_LANGUAGES)})
         return web.json_response({"object": "list", "data": data})
 
     async def voices(self, _request: web.Request) -> web.Response:
@@ -131,23 +134,21 @@ class OpenAIRoutes:
         return web.json_response({"voices": out})
 
 
-def asr_languages(model: str) -> tuple[str, ...]:
-    """The languages `model` transcribes: Whisper's `.en` models English only; () for a
-    multilingual one (any language it was trained on)."""
-    return ("en",) if model.endswith(".en") else ()
+ASR_LANGUAGES = ("en",)
+"""What listening transcribes: English (tiny.en is English-only; a multilingual
+`asr.model_dir` is prompted `<|en|>` too, listen/asr.py)."""
 
 
 def check_language(language: str, model: str | None) -> str:
     """The language a transcription runs in (as verbose_json names it), or a typed 400
-    for a language the model cannot transcribe."""
+    for one it cannot run in."""
     if model is None:
         raise api_error("asr_disabled", "speech recognition is off (asr.enabled)")
     code = language.strip().lower()
-    langs = asr_languages(model)
-    if code and langs and code not in (*langs, "english"):
-        raise api_error("unsupported_language", f"the ASR model {model} transcribes "
-                        f"{', '.join(langs)} only, not {language!r}")
-    return "english" if langs == ("en",) else (code or "unknown")
+    if code and code not in (*ASR_LANGUAGES, "english"):
+        raise api_error("unsupported_language", f"transcription here ({model}) runs in "
+                        f"{', '.join(ASR_LANGUAGES)} only, not {language!r}")
+    return "english"
 
 
 def decode_upload(data: bytes, rate_hz: int) -> np.ndarray:
@@ -169,10 +170,14 @@ async def read_form(request: web.Request) -> tuple[dict[str, list[str]], bytes]:
     timeout_s = request.app.get(REQUEST_TIMEOUT, 15.0)
     form: dict[str, list[str]] = {}
     data = bytearray()
+    total, parts = 0, 0
     try:
         async with asyncio.timeout(timeout_s) as deadline:
             reader = await request.multipart()
             while (part := await reader.next()) is not None:
+                parts += 1
+                if parts > MAX_FIELDS:
+                    raise api_error("request_entity_too_large", f"over {MAX_FIELDS} form fields")
                 if not isinstance(part, BodyPartReader) or part.name is None:
                     continue
                 is_file = part.name == "file"
@@ -180,9 +185,11 @@ async def read_form(request: web.Request) -> tuple[dict[str, list[str]], bytes]:
                 cap = MAX_UPLOAD_BYTES if is_file else MAX_FIELD_BYTES
                 while chunk := await part.read_chunk(1 << 16):
                     buf += chunk
-                    if len(buf) > cap:
+                    total += len(chunk)
+                    if len(buf) > cap or total > MAX_UPLOAD_BYTES:
                         raise api_error("request_entity_too_large",
-                                        f"form field {part.name!r} over {cap} bytes")
+                                        f"form field {part.name!r} over {cap} bytes, or the "
+                                        f"form over {MAX_UPLOAD_BYTES}")
                     deadline.reschedule(asyncio.get_running_loop().time() + timeout_s)
                 if not is_file:
                     form.setdefault(part.name, []).append(buf.decode("utf-8", "replace"))

@@ -104,7 +104,7 @@ class TtsRoutes:
                     headers = {
                         "Content-Type": body.content_type,
                         "X-Sample-Rate": str(chunk.rate_hz),
-                        "X-Sample-Format": chunk.format,
+                        "X-Sample-Format": body.sample_format(chunk),
                         "X-Stream-Id": info.id,
                         "X-Time-To-First-Audio-Ms": f"{ttfa_s * 1000:.1f}",
                     }
