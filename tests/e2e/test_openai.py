@@ -49,7 +49,9 @@ def base(daemon: DaemonProcess) -> str:
 def client(base: str):
     from openai import OpenAI
 
-    return OpenAI(base_url=f"{base}/v1", api_key="not-needed", max_retries=0, timeout=120)
+    with OpenAI(base_url=f"{base}/v1", api_key="not-needed", max_retries=0,
+                timeout=120) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")

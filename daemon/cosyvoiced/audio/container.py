@@ -19,6 +19,7 @@ has no AAC, and no m4a or webm for uploads), maintained, with the encoders in it
 from __future__ import annotations
 
 import io
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,12 +42,15 @@ class Encoding:
     """Muxer options (a stream is never seeked: no header rewritten at the end)."""
     rates_hz: tuple[int, ...] = ()
     """The encoder's sample rates (empty: any)."""
+    bit_rate: int = 0
+    """bits/s asked of the encoder (0: its default)."""
 
 
 ENCODINGS: dict[str, Encoding] = {
     "mp3": Encoding("mp3", "libmp3lame", "audio/mpeg",
                     {"write_xing": "0", "id3v2_version": "0"},
-                    (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000)),
+                    (8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000),
+                    64000),  # LAME's default for 24 kHz mono is 32 kb/s: audibly coarse
     "opus": Encoding("ogg", "libopus", "audio/ogg",
                      {"page_duration": "20000"},  # µs: one Ogg page per Opus packet
                      (8000, 12000, 16000, 24000, 48000)),
@@ -85,7 +89,9 @@ class _Sink:
 
 class StreamEncoder:
     """One response's encoder: `encode` each chunk, then `finish` once (or `close` to
-    abandon). Not thread-safe; calls may run on a worker thread, one at a time."""
+    abandon). `encode` and `finish` may run on a worker thread, one at a time; `close`
+    may come from another thread meanwhile (a client gone mid-chunk): it never waits,
+    the encoding call closes the encoder when it is done."""
 
     def __init__(self, fmt: str, rate_hz: int) -> None:
         enc = ENCODINGS[fmt]
@@ -96,32 +102,53 @@ class StreamEncoder:
         self._out: Any = av.open(self._sink, "w", format=enc.container,
                                  options={"flush_packets": "1", **enc.options})
         self._stream: Any = self._out.add_stream(enc.codec, rate=rate_hz, layout="mono")
+        if enc.bit_rate:
+            self._stream.codec_context.bit_rate = enc.bit_rate
         self._pts = 0
+        self._lock = threading.Lock()
+        self._closing = False
         self._done = False
 
     def encode(self, samples: np.ndarray) -> bytes:
         """The bytes the encoder has ready after taking float32 mono `samples`."""
         x = np.ascontiguousarray(samples, dtype=np.float32).reshape(1, -1)
-        if x.shape[1]:
-            frame = av.AudioFrame.from_ndarray(x, format="flt", layout="mono")
-            frame.sample_rate = self.rate_hz
-            frame.pts = self._pts
-            self._pts += x.shape[1]
-            for packet in self._stream.encode(frame):
-                self._out.mux(packet)
-        return self._sink.take()
+        try:
+            with self._lock:
+                if self._done:
+                    return b""
+                if x.shape[1]:
+                    frame = av.AudioFrame.from_ndarray(x, format="flt", layout="mono")
+                    frame.sample_rate = self.rate_hz
+                    frame.pts = self._pts
+                    self._pts += x.shape[1]
+                    for packet in self._stream.encode(frame):
+                        self._out.mux(packet)
+                return self._sink.take()
+        finally:
+            if self._closing:
+                self.close()
 
     def finish(self) -> bytes:
         """The encoder's remaining audio and the container's trailer."""
-        for packet in self._stream.encode(None):
-            self._out.mux(packet)
-        self.close()
-        return self._sink.take()
-
-    def close(self) -> None:
-        if not self._done:
+        with self._lock:
+            if self._done:
+                return b""
+            for packet in self._stream.encode(None):
+                self._out.mux(packet)
             self._done = True
             self._out.close()
+            return self._sink.take()
+
+    def close(self) -> None:
+        """Abandon the stream: now, or when the call encoding right now returns."""
+        self._closing = True
+        if self._lock.acquire(blocking=False):
+            try:
+                if not self._done:
+                    self._done = True
+                    self._out.close()
+            finally:
+                self._lock.release()
 
 
 def decode(data: bytes, max_s: float, rate_hz: int) -> np.ndarray:

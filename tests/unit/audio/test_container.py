@@ -97,3 +97,21 @@ def test_a_truncated_upload_keeps_what_decoded():
     data = make_file(tone(2.0, 8000), 8000, "webm", "libopus", 48000)
     out = decode(data[: len(data) * 2 // 3], 60.0, 16000)
     assert 0.5 < out.size / 16000 < 2.0
+
+
+def test_close_from_another_thread_mid_encode_never_waits_and_still_closes():
+    """A client gone while its chunk is being encoded on a worker thread: the event loop's
+    close must neither block nor free the encoder under the thread's feet."""
+    import threading
+    import time
+
+    enc = StreamEncoder("mp3", RATE)
+    big = tone(20.0)
+    t = threading.Thread(target=enc.encode, args=(big,))
+    t.start()
+    time.sleep(0.005)
+    t0 = time.perf_counter()
+    enc.close()
+    assert time.perf_counter() - t0 < 0.1  # encoding the 20 s takes ~0.6 s
+    t.join()
+    assert enc._done and enc.encode(big[:100]) == b"" and enc.finish() == b""
