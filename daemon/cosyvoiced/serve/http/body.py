@@ -3,8 +3,9 @@
 Raw formats (`s16le`, `float32`, `mulaw`, and `wav`: s16le after a streaming RIFF
 header) send the chunk's bytes as the worker encoded them. Compressed formats (`mp3`,
 `opus`, `aac`, `flac`) run each chunk through a `StreamEncoder` on a worker thread (a
-second of audio costs 1-12 ms of encoding: too long to hold the event loop while other
-streams wait), so their first bytes leave with the first chunk. With `sse`, whatever
+second of mp3 costs 14-40 ms of encoding, docs/performance.md: too long to hold the event
+loop while other streams wait; PyAV lets go of the GIL meanwhile), so their first bytes
+leave with the first chunk. With `sse`, whatever
 the format made is sent base64 in OpenAI's `speech.audio.delta` events, closed by one
 `speech.audio.done`.
 """
