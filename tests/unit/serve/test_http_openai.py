@@ -266,3 +266,15 @@ def test_transcription_with_asr_off_is_503_and_models_leave_it_out():
             assert [m["kind"] for m in (await r.json())["data"]] == ["tts"]
         assert not daemon.speech.listens
     run(go, daemon)
+
+
+def test_subtitle_stamps_and_numbering():
+    from cosyvoiced.listen.events import Transcript
+    from cosyvoiced.serve.http.openai import subtitles
+
+    finals = [Transcript(" hello ", 3_723_004, 3_725_010, 1.0, 0.1),
+              Transcript("bye", 3_726_000, 3_727_999, 1.0, 0.1)]
+    assert subtitles(finals, vtt=False) == ("1\n01:02:03,004 --> 01:02:05,010\nhello\n\n"
+                                            "2\n01:02:06,000 --> 01:02:07,999\nbye\n")
+    assert subtitles(finals[1:], vtt=True) == "WEBVTT\n\n01:02:06.000 --> 01:02:07.999\nbye\n"
+    assert subtitles([], vtt=True) == "WEBVTT\n\n"

@@ -102,7 +102,8 @@ class OpenAIRoutes:
                                   self.listen.speech.asr_model())
         finals, duration_s, _ = await self.listen.transcribe_with(
             lambda: decode_upload(data, ASR_RATE_HZ), ASR_RATE_HZ)
-        text = " ".join(t.text.strip() for t in finals if t.text.strip())
+        finals = [t for t in finals if t.text.strip()]  # an utterance Whisper heard nothing in
+        text = " ".join(t.text.strip() for t in finals)
         took_s = time.monotonic() - t0
         if fmt == "text":
             return web.Response(text=text + "\n", content_type="text/plain")
@@ -223,8 +224,7 @@ def subtitles(finals: list[Transcript], *, vtt: bool) -> str:
         s, ms = divmod(rest, 1000)
         return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
 
-    cues = [f"{stamp(t.start_ms)} --> {stamp(t.end_ms)}\n{t.text.strip()}\n"
-            for t in finals if t.text.strip()]
+    cues = [f"{stamp(t.start_ms)} --> {stamp(t.end_ms)}\n{t.text.strip()}\n" for t in finals]
     if vtt:
         return "WEBVTT\n\n" + "\n".join(cues)
     return "\n".join(f"{n}\n{cue}" for n, cue in enumerate(cues, 1))
