@@ -53,6 +53,9 @@ def render() -> str:
                 extra = "; ".join(f"`{g.name}` ({json.dumps(g.default)}): {sub_docs.get(g.name, '')}"
                                   for g in dataclasses.fields(sub))
                 doc = f"{docs[cls.__name__].get(f.name, '')} Each: {extra}"
+            elif dataclasses.is_dataclass(default):  # a table of named strings
+                doc = docs[cls.__name__].get(f.name, "")
+                default = {g.name: getattr(default, g.name) for g in dataclasses.fields(default)}
             else:
                 doc = docs[cls.__name__].get(f.name, "")
             rng = ""

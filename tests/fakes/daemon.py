@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from cosyvoiced.config.schema import Config
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.metrics import Metrics
 from cosyvoiced.serve.streams import Streams
@@ -24,6 +25,7 @@ class FakeDaemon:
     audiosocket: object = None
     ready: bool = True
     debug: bool = False
+    config: Config = field(default_factory=Config)
 
     def status(self) -> dict[str, Any]:
         return {"state": "ready"}

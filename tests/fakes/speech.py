@@ -14,11 +14,12 @@ from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text
 
 
 class FakeSynthesis:
-    """One chunk per word: 0.1 s of a tone per word, s16le at 22050 Hz."""
+    """One chunk per word: 0.1 s of a level per word, s16le at the rate asked (22050 Hz,
+    the voice's own, when none is)."""
 
-    rate_hz = 22050
-
-    def __init__(self, text: str, first_audio_s: float = 0.0) -> None:
+    def __init__(self, text: str, first_audio_s: float = 0.0, rate_hz: int | None = None
+                 ) -> None:
+        self.rate_hz = rate_hz or 22050
         self.words = text.split()
         self.cancelled = False
         self.first_audio_s = first_audio_s
@@ -28,7 +29,7 @@ class FakeSynthesis:
             if self.cancelled:
                 return
             await asyncio.sleep(self.first_audio_s if i == 0 else 0)
-            audio = np.full(2205, 0.25, dtype=np.float32)
+            audio = np.full(self.rate_hz // 10, 0.25, dtype=np.float32)
             data = (audio * 32767).astype("<i2").tobytes()
             yield AudioChunk(audio, data, self.rate_hz, "s16le", i, word,
                              i == len(self.words) - 1)
@@ -81,8 +82,12 @@ class FakeListening:
 
 
 class FakeSpeech:
-    def __init__(self, *, capacity: int = 100, first_audio_s: float = 0.0) -> None:
+    def __init__(self, *, capacity: int = 100, first_audio_s: float = 0.0,
+                 at_rate_asked: bool = False) -> None:
         self.capacity = capacity
+        self.at_rate_asked = at_rate_asked
+        """Synthesize at `options.rate_hz` as the real one does (off: always 22050 Hz,
+        which protocol tests count frames by)."""
         self.first_audio_s = first_audio_s
         self.active = 0
         self.requests: list[tuple[str, SynthesisOptions]] = []
@@ -103,7 +108,8 @@ class FakeSpeech:
         if self.active >= self.capacity:
             raise Overloaded("no capacity left")
         self.requests.append((text, options))
-        return FakeSynthesis(text, self.first_audio_s)
+        return FakeSynthesis(text, self.first_audio_s,
+                             options.rate_hz if self.at_rate_asked else None)
 
     async def listen(self, rate_hz: int, stream_id: str,
                      backlog_s: float | None = 30.0) -> FakeListening:

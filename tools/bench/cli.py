@@ -15,7 +15,8 @@ import sys
 
 from tools.bench.report import Report
 
-SUITES = ("tts", "download", "prompts", "io", "streams", "features", "asr", "listen", "calls")
+SUITES = ("tts", "download", "prompts", "io", "streams", "features", "asr", "listen", "calls",
+          "encode")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -313,6 +313,44 @@ class WyomingConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class OpenAIVoices:
+    alloy: str = opt("")
+    """The voice OpenAI's `alloy` speaks with; empty: tts.voice."""
+    ash: str = opt("")
+    """The voice OpenAI's `ash` speaks with; empty: tts.voice."""
+    ballad: str = opt("")
+    """The voice OpenAI's `ballad` speaks with; empty: tts.voice."""
+    coral: str = opt("")
+    """The voice OpenAI's `coral` speaks with; empty: tts.voice."""
+    echo: str = opt("")
+    """The voice OpenAI's `echo` speaks with; empty: tts.voice."""
+    fable: str = opt("")
+    """The voice OpenAI's `fable` speaks with; empty: tts.voice."""
+    nova: str = opt("")
+    """The voice OpenAI's `nova` speaks with; empty: tts.voice."""
+    onyx: str = opt("")
+    """The voice OpenAI's `onyx` speaks with; empty: tts.voice."""
+    sage: str = opt("")
+    """The voice OpenAI's `sage` speaks with; empty: tts.voice."""
+    shimmer: str = opt("")
+    """The voice OpenAI's `shimmer` speaks with; empty: tts.voice."""
+    verse: str = opt("")
+    """The voice OpenAI's `verse` speaks with; empty: tts.voice."""
+    marin: str = opt("")
+    """The voice OpenAI's `marin` speaks with; empty: tts.voice."""
+    cedar: str = opt("")
+    """The voice OpenAI's `cedar` speaks with; empty: tts.voice."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpenAIConfig:
+    voices: OpenAIVoices = opt(OpenAIVoices(), live=True)
+    """OpenAI's voice names mapped to voices here, e.g. `voices = {alloy =
+    "en_US-joe-medium", nova = "en_US-amy-medium"}`; a name left out speaks with
+    tts.voice."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     service: ServiceConfig = field(default_factory=ServiceConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -324,3 +362,4 @@ class Config:
     api: ApiConfig = field(default_factory=ApiConfig)
     audiosocket: AudioSocketConfig = field(default_factory=AudioSocketConfig)
     wyoming: WyomingConfig = field(default_factory=WyomingConfig)
+    openai: OpenAIConfig = field(default_factory=OpenAIConfig)

@@ -33,6 +33,7 @@ STATUS: dict[str, int] = {
     # too much to take
     "text_too_long": 413,
     "request_entity_too_large": 413,
+    "upload_too_long": 413,
     # a body the route does not read
     "unsupported_media_type": 415,
     "unsupported_audio": 415,
@@ -48,6 +49,7 @@ STATUS: dict[str, int] = {
     "worker_lost": UNAVAILABLE_STATUS,
     "stream_closed": UNAVAILABLE_STATUS,
     "worker_error": UNAVAILABLE_STATUS,
+    "asr_disabled": UNAVAILABLE_STATUS,
 }
 """Code -> status, for the codes that are not `DEFAULT_STATUS`."""
 

@@ -112,7 +112,8 @@ def test_tts_options_reach_the_engine():
     ({"json": {"text": "x" * 6000}}, 413, "text_too_long"),
     ({"json": {"text": "hi", "voice": "../etc"}}, 400, "unknown_voice"),
     ({"json": {"text": "hi", "rate_hz": 11025}}, 400, "unsupported_rate"),
-    ({"json": {"text": "hi", "format": "mp3"}}, 400, "unsupported_format"),
+    ({"json": {"text": "hi", "format": "ogg"}}, 400, "unsupported_format"),
+    ({"json": {"text": "hi", "format": "opus", "rate_hz": 22050}}, 400, "unsupported_rate"),
     ({"json": {"text": "hi", "speed": 9}}, 400, "bad_parameter"),
     ({"json": {"text": 5}}, 400, "bad_field"),
     ({"json": {}}, 400, "missing_field"),
@@ -184,11 +185,18 @@ def test_openai_speech_wav_and_pcm():
                 "speed": 1.0}
         async with http.post("/v1/audio/speech", json=body) as r:
             assert r.status == 200 and r.headers["X-Sample-Rate"] == "22050"
+            assert r.headers["Content-Type"] == "audio/L16"
+            assert len(await r.read()) == 2 * 2205 * 2
         _, opts = daemon.speech.requests[-1]
         assert opts.voice is None and opts.rate_hz == 24000 and opts.format == "s16le"
-        body["response_format"] = "mp3"
+        body["response_format"] = "wav"
+        async with http.post("/v1/audio/speech", json=body) as r:
+            assert r.status == 200 and r.headers["Content-Type"] == "audio/wav"
+            assert len(await r.read()) == 44 + 2 * 2205 * 2
+        body["response_format"] = "ogg"
         async with http.post("/v1/audio/speech", json=body) as r:
             assert r.status == 400
+            assert (await r.json())["error"]["code"] == "unsupported_format"
     run(go)
 
 

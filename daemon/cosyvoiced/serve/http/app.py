@@ -10,6 +10,7 @@ from typing import Any, Protocol
 import structlog
 from aiohttp import web
 
+from cosyvoiced.config.schema import OpenAIConfig
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.metrics import CONTENT_TYPE, Metrics
 from cosyvoiced.serve.audiosocket.server import AudioSocketServer
@@ -17,6 +18,7 @@ from cosyvoiced.serve.devices import Devices
 from cosyvoiced.serve.errors import status_for, status_of
 from cosyvoiced.serve.http.calls import CallRoutes
 from cosyvoiced.serve.http.errors import REQUEST_TIMEOUT, ApiError
+from cosyvoiced.serve.http.openai import OpenAIRoutes
 from cosyvoiced.serve.http.play import PlayRoutes
 from cosyvoiced.serve.http.transcribe import MAX_UPLOAD_BYTES, ListenRoutes
 from cosyvoiced.serve.http.tts import TtsRoutes
@@ -100,8 +102,12 @@ def make_app(daemon: DaemonView, token: str = "",
     app[REQUEST_TIMEOUT] = request_timeout_s
     routes = web.RouteTableDef()
     if daemon.speech is not None:
-        TtsRoutes(daemon.speech, daemon.streams, daemon.metrics).add_to(app)
-        ListenRoutes(daemon.speech, daemon.streams, daemon.bus).add_to(app)
+        tts = TtsRoutes(daemon.speech, daemon.streams, daemon.metrics)
+        listen = ListenRoutes(daemon.speech, daemon.streams, daemon.bus)
+        tts.add_to(app)
+        listen.add_to(app)
+        OpenAIRoutes(tts, listen, lambda: getattr(getattr(daemon, "config", None), "openai",
+                                                  OpenAIConfig())).add_to(app)
     if daemon.audiosocket is not None:
         CallRoutes(daemon.audiosocket).add_to(app)
     devices = getattr(daemon, "devices", None)  # views without local devices omit it

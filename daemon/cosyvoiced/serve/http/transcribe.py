@@ -10,6 +10,7 @@ import io
 import json
 import time
 import wave
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,24 +141,37 @@ class ListenRoutes:
         rate_param = request.query.get("rate_hz")
         rate = upload_rate(body, ctype, rate_param)  # the header only: typed errors now
         listen_rate = rate if rate in LISTEN_RATES_HZ else 16000
-        # admitted before the work of decoding, which runs off the event loop
-        listening, stream_id = await self._listen(listen_rate, "transcribe", backlog_s=None)
-        try:
-            samples = await asyncio.to_thread(decode_at, body, ctype, rate_param, listen_rate)
-            listening.feed(samples)
-            finals = await listening.close()
-        finally:
-            self.streams.close(stream_id)
+        finals, duration_s, stream_id = await self.transcribe_with(
+            lambda: decode_at(body, ctype, rate_param, listen_rate), listen_rate)
         segments = [{"text": t.text.strip(), "start_ms": t.start_ms, "end_ms": t.end_ms,
                      "latency_ms": t.latency_ms, "rtf": t.rtf} for t in finals]
         took_ms = (time.monotonic() - t0) * 1000
         return web.json_response({
             "text": " ".join(s["text"] for s in segments if s["text"]),
             "segments": segments,
-            "duration_s": round(len(samples) / listen_rate, 3),
+            "duration_s": round(duration_s, 3),
             "processing_ms": round(took_ms, 1),
             "stream_id": stream_id,
         })
+
+    async def transcribe_with(self, decode: Callable[[], np.ndarray], listen_rate: int
+                              ) -> tuple[list[Transcript], float, str]:
+        """Admit a listening stream at `listen_rate`, then run `decode` (the upload's
+        samples at that rate) off the event loop and transcribe them: the finals, the
+        audio's duration and the stream's id."""
+        # admitted before the work of decoding, which runs off the event loop
+        listening, stream_id = await self._listen(listen_rate, "transcribe", backlog_s=None)
+        try:
+            try:
+                samples = await asyncio.to_thread(decode)
+            except BaseException:
+                await listening.close()  # an upload that does not decode frees its slot
+                raise
+            listening.feed(samples)
+            finals = await listening.close()
+        finally:
+            self.streams.close(stream_id)
+        return finals, len(samples) / listen_rate, stream_id
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         want_stream = request.query.get("stream") or request.query.get("call")

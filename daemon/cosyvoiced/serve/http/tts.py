@@ -1,5 +1,5 @@
-"""Speaking routes: native streaming `/v1/tts`, OpenAI-compatible `/v1/audio/speech`,
-and `/v1/voices`.
+"""Speaking routes: native streaming `/v1/tts` and `/v1/voices`; `stream` is shared with
+the OpenAI-compatible `/v1/audio/speech` (openai.py).
 
 Requests are checked and admitted before any byte is sent, so every error is a proper
 status with a JSON body; after that, audio is streamed as each chunk is synthesized.
@@ -8,7 +8,6 @@ The response headers wait for the first chunk, so `X-Time-To-First-Audio-Ms` is 
 
 from __future__ import annotations
 
-import struct
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from aiohttp import web
 from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.runtime.metrics import Metrics
 from cosyvoiced.serve.errors import api_error, as_api_error, status_for
+from cosyvoiced.serve.http.body import COMPRESSED_RATE_HZ, CONTENT_TYPES, AudioBody, rate_ok
 from cosyvoiced.serve.http.errors import ApiError, read_json
 from cosyvoiced.serve.speech import Speech, Synthesis, Unavailable
 from cosyvoiced.serve.streams import Refused, Streams
@@ -26,24 +26,6 @@ from cosyvoiced.tts.errors import TtsError
 from cosyvoiced.tts.request import SynthesisOptions
 
 log = structlog.get_logger(__name__)
-
-OPENAI_VOICES = frozenset({"alloy", "ash", "ballad", "coral", "echo", "fable", "nova", "onyx",
-                           "sage", "shimmer", "verse"})
-"""OpenAI's built-in voice names: mapped to the default voice for drop-in clients."""
-OPENAI_RATE_HZ = 24000
-"""OpenAI's `pcm` is 24 kHz s16le mono; its `wav` is the same in a RIFF header."""
-CONTENT_TYPES = {"wav": "audio/wav", "s16le": "audio/L16", "float32": "audio/x-float32",
-                 "mulaw": "audio/basic"}
-
-
-def wav_header(rate_hz: int, fmt: str) -> bytes:
-    """A RIFF header for a stream of unknown length (sizes 0xFFFFFFFF, as streamers do)."""
-    code, bits = {"s16le": (1, 16), "float32": (3, 32), "mulaw": (7, 8)}[fmt]
-    block = bits // 8
-    return (b"RIFF" + struct.pack("<I", 0xFFFFFFFF) + b"WAVE"
-            + b"fmt " + struct.pack("<IHHIIHH", 16, code, 1, rate_hz, rate_hz * block, block, bits)
-            + b"data" + struct.pack("<I", 0xFFFFFFFF))
-
 
 @dataclass(frozen=True)
 class TtsRoutes:
@@ -53,7 +35,6 @@ class TtsRoutes:
 
     def add_to(self, app: web.Application) -> None:
         app.router.add_post("/v1/tts", self.tts)
-        app.router.add_post("/v1/audio/speech", self.openai_speech)
         app.router.add_get("/v1/voices", self.voices)
 
     async def voices(self, _request: web.Request) -> web.Response:
@@ -64,46 +45,41 @@ class TtsRoutes:
 
     async def tts(self, request: web.Request) -> web.StreamResponse:
         body = await read_json(request)
-        text = _field(body, "text", str, required=True)
-        container = _field(body, "format", str) or "wav"
+        text = json_field(body, "text", str, required=True)
+        container = json_field(body, "format", str) or "wav"
         if container not in CONTENT_TYPES:
             raise api_error("unsupported_format",
                             f"format must be one of {', '.join(CONTENT_TYPES)}")
-        speed = _field(body, "speed", float)
-        length_scale = _field(body, "length_scale", float)
+        rate_hz = json_field(body, "rate_hz", int)
+        if container not in ("wav", "s16le", "float32", "mulaw"):  # compressed
+            rate_hz = rate_hz or COMPRESSED_RATE_HZ
+            if not rate_ok(container, rate_hz):
+                raise api_error("unsupported_rate", f"{container} cannot carry {rate_hz} Hz")
+        speed = json_field(body, "speed", float)
+        length_scale = json_field(body, "length_scale", float)
         if speed is not None:
             if not 0.25 <= speed <= 4.0:
                 raise api_error("bad_parameter", "speed must be within [0.25, 4.0]")
             length_scale = 1.0 / speed
         options = SynthesisOptions(
-            voice=_field(body, "voice", str), speaker=_field(body, "speaker", (int, str)),
-            length_scale=length_scale, noise_scale=_field(body, "noise_scale", float),
-            noise_w_scale=_field(body, "noise_w_scale", float),
-            volume=_field(body, "volume", float) or 1.0, rate_hz=_field(body, "rate_hz", int),
-            format="s16le" if container == "wav" else container,
-            ssml=bool(_field(body, "ssml", bool)))
-        return await self._stream(request, text, options, container, kind="tts")
+            voice=json_field(body, "voice", str), speaker=json_field(body, "speaker", (int, str)),
+            length_scale=length_scale, noise_scale=json_field(body, "noise_scale", float),
+            noise_w_scale=json_field(body, "noise_w_scale", float),
+            volume=json_field(body, "volume", float) or 1.0, rate_hz=rate_hz,
+            format=container if container in ("float32", "mulaw") else "s16le",
+            ssml=bool(json_field(body, "ssml", bool)))
+        return await self.stream(request, text, options, AudioBody(container), kind="tts")
 
-    async def openai_speech(self, request: web.Request) -> web.StreamResponse:
-        body = await read_json(request)
-        text = _field(body, "input", str, required=True)
-        fmt = _field(body, "response_format", str) or "wav"
-        if fmt not in ("wav", "pcm"):
-            raise api_error("unsupported_format",
-                            f"response_format {fmt!r} is not supported; use wav or pcm")
-        voice = _field(body, "voice", str)
-        if voice in OPENAI_VOICES:
-            voice = None
-        speed = _field(body, "speed", float)
-        if speed is not None and not 0.25 <= speed <= 4.0:
-            raise api_error("bad_parameter", "speed must be within [0.25, 4.0]")
-        options = SynthesisOptions(voice=voice, rate_hz=OPENAI_RATE_HZ, format="s16le",
-                                   length_scale=1.0 / speed if speed else None)
-        return await self._stream(request, text, options, "wav" if fmt == "wav" else "s16le",
-                                  kind="openai")
+    async def stream(self, request: web.Request, text: str, options: SynthesisOptions,
+                     body: AudioBody, kind: str) -> web.StreamResponse:
+        """Admit, synthesize and send `text` as `body` makes it, chunk by chunk."""
+        try:
+            return await self._stream(request, text, options, body, kind)
+        finally:
+            body.close()
 
     async def _stream(self, request: web.Request, text: str, options: SynthesisOptions,
-                      container: str, kind: str) -> web.StreamResponse:
+                      body: AudioBody, kind: str) -> web.StreamResponse:
         t0 = time.monotonic()
         try:
             info = self.streams.open("tts")
@@ -125,20 +101,25 @@ class TtsRoutes:
                 if response is None:
                     ttfa_s = time.monotonic() - t0
                     self.metrics.tts_first_audio.observe(ttfa_s)
-                    response = web.StreamResponse(headers={
-                        "Content-Type": CONTENT_TYPES[container],
+                    headers = {
+                        "Content-Type": body.content_type,
                         "X-Sample-Rate": str(chunk.rate_hz),
-                        "X-Sample-Format": chunk.format,
+                        "X-Sample-Format": body.sample_format(chunk),
                         "X-Stream-Id": info.id,
                         "X-Time-To-First-Audio-Ms": f"{ttfa_s * 1000:.1f}",
-                        "Trailer": ", ".join(TRAILERS),
-                    })
+                    }
+                    if not body.sse:
+                        headers["Trailer"] = ", ".join(TRAILERS)
+                    response = web.StreamResponse(headers=headers)
                     response.enable_chunked_encoding()
                     await response.prepare(request)
-                    if container == "wav":
-                        await response.write(wav_header(chunk.rate_hz, chunk.format))
-                await response.write(chunk.data)
+                    if head := body.start(chunk):
+                        await response.write(head)
+                if data := await body.chunk(chunk):
+                    await response.write(data)
                 audio_s += chunk.duration_s
+            if response is not None and (tail := await body.end()):
+                await response.write(tail)
         except ConnectionError:
             log.info("tts_client_gone", stream_id=info.id, kind=kind)
             if synthesis is not None:
@@ -156,6 +137,9 @@ class TtsRoutes:
                  rtf=round(took_s / audio_s, 4) if audio_s else None)
         if response is None:  # text that normalized to nothing speakable
             raise api_error("empty_text", "nothing to speak after normalization")
+        if body.sse:
+            await response.write_eof()
+            return response
         await _end_with_trailers(response, {
             "X-Audio-Seconds": f"{audio_s:.3f}",
             "X-Real-Time-Factor": f"{took_s / audio_s:.4f}" if audio_s else "0"})
@@ -182,7 +166,7 @@ class MidStreamError(CosyvoicedError):
         super().__init__(message)
 
 
-def _field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], *,
+def json_field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], *,
            required: bool = False) -> Any:
     value = body.get(name)
     if value is None:
