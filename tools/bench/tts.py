@@ -6,7 +6,8 @@ Fairness: Piper's session is built with the same intra-op thread count (PiperVoi
 would use every core) and Piper's other options left at their defaults; Piper's time
 includes its phonemization, ours includes normalization and phonemization. INT8 is the
 variant kept by tools/quantize/ in the state dir ($COSYVOICED_STATE_DIR, default
-/var/lib/cosyvoiced); without one that row is skipped.
+/var/lib/cosyvoiced); without one that row is skipped. `cosyvoiced-bf16` runs the vocoder
+in bf16 through OpenVINO (native where the CPU has AMX, emulated in f32 elsewhere).
 """
 
 from __future__ import annotations
@@ -92,7 +93,11 @@ def run(quick: bool) -> Report:
         runners[("piper", threads)] = (
             lambda text, p=piper: _measure(p.synthesize(text), lambda c: c.audio_float_array.size))
         precisions = ["fp32"] + (["int8"] if variant else [])
-        variants = [(f"cosyvoiced-{p}", p, TtsConfig(precision=p, cache_mb=0)) for p in precisions]
+        variants = [(f"cosyvoiced-{p}", p, TtsConfig(precision=p, vocoder="fp32", cache_mb=0))
+                    for p in precisions]
+        # the vocoder in bf16 through OpenVINO (what `tts.vocoder = "auto"` takes on AMX)
+        variants.append(("cosyvoiced-bf16", "fp32",
+                         TtsConfig(precision="fp32", vocoder="bf16", cache_mb=0)))
         # the earlier path beside it: one whole-graph run per clause, cut as workers cut
         variants.append(("cosyvoiced-fp32-clauses", "fp32",
                          TtsConfig(precision="fp32", decode="clauses", max_clause_chars=80,
