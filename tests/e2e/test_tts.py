@@ -327,7 +327,8 @@ def test_a_bf16_vocoder_speaks_what_fp32_speaks(cache_dir):
 
 
 def test_auto_vocoder_follows_the_cpu_and_says_why(cache_dir, capsys):
-    from cosyvoiced.runtime.openvino import BF16_FLAG, cpu_flags
+    from cosyvoiced.runtime.onnx import cpu_flags
+    from cosyvoiced.runtime.openvino import BF16_FLAG
 
     engine = TtsEngine(TtsConfig(precision="fp32", vocoder="auto", warmup=False, cache_mb=0),
                        cache_dir=cache_dir)
@@ -338,3 +339,7 @@ def test_auto_vocoder_follows_the_cpu_and_says_why(cache_dir, capsys):
         assert voice.split.vocoder == "fp32" and f"no {BF16_FLAG}" in logged
     else:  # bf16 only if it measured faster here and close to fp32: either way, said
         assert voice.split.vocoder in ("fp32", "bf16") and "time_vs_fp32" in logged
+        again = TtsEngine(TtsConfig(precision="fp32", vocoder="auto", warmup=False,
+                                    cache_mb=0), cache_dir=cache_dir).voice()
+        assert again.split.vocoder == voice.split.vocoder  # the verdict kept for this CPU
+        assert "measured=before" in capsys.readouterr().out

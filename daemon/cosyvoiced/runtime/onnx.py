@@ -95,17 +95,22 @@ def cache_path_for(model_path: str | os.PathLike[str], cache_dir: str | os.PathL
 
 
 @functools.cache
-def cpu_fingerprint() -> str:
-    """Short hash of this CPU's feature flags (a fully optimized graph depends on them)."""
-    flags = platform.machine()
+def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
+    """The first CPU's feature flags (every core of a box has the same)."""
     try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+        with open(path, encoding="ascii", errors="replace") as f:
             for line in f:
                 if line.startswith(("flags", "Features")):
-                    flags += " " + " ".join(sorted(line.split(":", 1)[1].split()))
-                    break
+                    return frozenset(line.split(":", 1)[1].split())
     except OSError:
         pass
+    return frozenset()
+
+
+@functools.cache
+def cpu_fingerprint() -> str:
+    """Short hash of this CPU's feature flags (a fully optimized graph depends on them)."""
+    flags = " ".join([platform.machine(), *sorted(cpu_flags())])
     return hashlib.sha256(flags.encode()).hexdigest()[:12]
 
 

@@ -29,18 +29,6 @@ BF16_FLAG = "amx_bf16"
 than FP32 (docs/performance.md)."""
 
 
-def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
-    """The first CPU's flags (every core of a box has the same)."""
-    try:
-        with open(path, encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.partition(":")[2].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
 @dataclass(frozen=True)
 class _Name:
     name: str
@@ -72,11 +60,13 @@ class OvSession:
         return [np.array(by_name[n], copy=True) for n in names]
 
 
-def create_ov_session(model: str | os.PathLike[str] | io.BytesIO, *, shapes: Mapping[str, Sequence[int]],
-                      threads: int = 1, precision: str = "bf16",
-                      cache_dir: str | os.PathLike[str] | None = None) -> OvSession:
-    """`model` (an ONNX file, or its bytes) compiled for OpenVINO's CPU plugin at `precision` (bf16 | f32), its
-    inputs given `shapes` (-1: dynamic); errors through the ONNX error gate."""
+def create_ov_sessions(model: str | os.PathLike[str] | io.BytesIO, *,
+                       shapes: Sequence[Mapping[str, Sequence[int]]], threads: int = 1,
+                       precision: str = "bf16",
+                       cache_dir: str | os.PathLike[str] | None = None) -> list[OvSession]:
+    """`model` (an ONNX file, or its bytes) read once and compiled for OpenVINO's CPU
+    plugin at `precision` (bf16 | f32) for each set of input `shapes` (static: the plugin
+    builds kernels per shape); errors through the ONNX error gate."""
     try:
         import openvino as ov
     except ImportError as exc:
@@ -90,12 +80,16 @@ def create_ov_session(model: str | os.PathLike[str] | io.BytesIO, *, shapes: Map
     if cache_dir is not None:  # compiled blobs: a warm start skips compilation
         core.set_property({"CACHE_DIR": str(Path(cache_dir) / "openvino")})
     try:
-        source = model if isinstance(model, io.BytesIO) else str(model)
-        converted = ov.convert_model(source, input=[
-            (name, ov.PartialShape(list(shape))) for name, shape in shapes.items()])
-        compiled = core.compile_model(converted, "CPU", config)
+        read = ov.convert_model(model if isinstance(model, io.BytesIO) else str(model),
+                                input=[(name, ov.PartialShape(list(dims)))  # ranks known
+                                       for name, dims in shapes[0].items()])
+        sessions = []
+        for shape in shapes:
+            one = read.clone()
+            one.reshape({name: ov.PartialShape(list(dims)) for name, dims in shape.items()})
+            sessions.append(OvSession(core.compile_model(one, "CPU", config), precision))
     except Exception as exc:  # the plugin's errors are RuntimeErrors of every kind
         what = "the graph" if isinstance(model, io.BytesIO) else str(model)
         raise OnnxError(f"OpenVINO could not compile {what}: {exc}",
                         code="openvino_compile") from exc
-    return OvSession(compiled, precision)
+    return sessions

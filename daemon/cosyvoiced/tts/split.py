@@ -41,7 +41,7 @@ from cosyvoiced.tts.seam import (
     split_flow,
     split_model,
 )
-from cosyvoiced.tts.vocoder import pick_decoder
+from cosyvoiced.tts.vocoder import pick_decoder, verdict_path
 
 log = structlog.get_logger(__name__)
 
@@ -469,7 +469,8 @@ def load_split(model_path: str | os.PathLike[str], *, threads: int = 1,
         vocoder, voice.decoder, models["decoder"].SerializeToString(),
         voice.latent(probe[0]) if probe is not None else None, seam.latent, sizes,
         threads=threads, cache_dir=str(cache_dir) if cache_dir is not None else None,
-        model=model_path)
+        model=model_path,
+        verdict=verdict_path(paths.contexts, threads, sizes) if paths is not None else None)
     flow = None if flow_field is None else voice.flow_context or (flow_field.left,
                                                                   flow_field.right)
     log.info("tts_decode_path", model=model_path, path="split", latent=seam.latent,

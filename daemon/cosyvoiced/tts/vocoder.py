@@ -24,15 +24,17 @@ Runtime. Listening and WER figures of bf16 against FP32 are in docs/performance.
 from __future__ import annotations
 
 import io
+import json
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import structlog
 
-from cosyvoiced.runtime.onnx import OnnxError, run
-from cosyvoiced.runtime.openvino import BF16_FLAG, cpu_flags, create_ov_session
+from cosyvoiced.runtime.onnx import OnnxError, cpu_fingerprint, cpu_flags, run, write_cache_file
+from cosyvoiced.runtime.openvino import BF16_FLAG, create_ov_sessions
 
 log = structlog.get_logger(__name__)
 
@@ -69,9 +71,11 @@ def choose(setting: str, flags: frozenset[str], snr: float | None,
 
 
 def _timed(session: Any, feeds: Mapping[str, np.ndarray]) -> tuple[float, np.ndarray]:
-    t0 = time.perf_counter()
+    """(CPU seconds of this process, audio) of one run: CPU time, not wall time, so a busy
+    box (other processes on the core) does not decide the verdict kept for this CPU."""
+    t0 = time.process_time()
     out = np.asarray(run(session, dict(feeds))[0], dtype=np.float32).reshape(-1)
-    return time.perf_counter() - t0, out
+    return time.process_time() - t0, out
 
 
 def window(inputs: Mapping[str, np.ndarray], latent: str, frames: int) -> dict[str, np.ndarray]:
@@ -82,37 +86,79 @@ def window(inputs: Mapping[str, np.ndarray], latent: str, frames: int) -> dict[s
     return {**inputs, latent: cut}
 
 
+def verdict_path(contexts: Path, threads: int, sizes: list[int]) -> Path:
+    """Where a voice's bf16 verdict is kept beside its contexts' (per CPU, threads, windows
+    and OpenVINO release)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ov = version("openvino")
+    except PackageNotFoundError:
+        ov = "none"
+    tag = f"cpu{cpu_fingerprint()}-t{threads}-w{'-'.join(map(str, sorted(sizes)))}-ov{ov}"
+    return contexts.with_name(contexts.name.split("-contexts-")[0] + f"-vocoder-{tag}.json")
+
+
+def _read_verdict(path: Path | None) -> tuple[float, float] | None:
+    try:
+        snr, ratio = json.loads(path.read_text(encoding="utf-8")) if path else (None, None)
+    except (OSError, ValueError, TypeError):
+        return None
+    return (float(snr), float(ratio)) if isinstance(snr, float) and isinstance(ratio, float) \
+        else None
+
+
+def _measure(fp32: Any, fast: Mapping[int, Any], inputs: Mapping[str, np.ndarray],
+             latent: str) -> tuple[float, float]:
+    """(least SNR over the windows, bf16 / FP32 time of the largest window)."""
+    snr = float("inf")
+    for size, session in fast.items():
+        feeds = window(inputs, latent, size)
+        _, ref = _timed(fp32, feeds)  # one run each first: arenas and kernels made
+        _, out = _timed(session, feeds)
+        snr = min(snr, snr_db(ref, out))
+    times: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    for _ in range(TIMED_RUNS):  # the chunk window, interleaved: busy moments hit both
+        times["fp32"].append(_timed(fp32, feeds)[0])
+        times["bf16"].append(_timed(session, feeds)[0])
+    return snr, min(times["bf16"]) / max(min(times["fp32"]), 1e-9)
+
+
 def pick_decoder(setting: str, fp32: Any, decoder: bytes, inputs: Mapping[str, np.ndarray] | None,
                  latent: str, sizes: list[int], *, threads: int, cache_dir: str | None,
-                 model: str) -> tuple[dict[int, Any], str]:
+                 model: str, verdict: Path | None = None) -> tuple[dict[int, Any], str]:
     """({window frames: bf16 decoder}, "bf16"), or ({}, "fp32"), for a voice: see the module
-    doc. `inputs`: the decoder's inputs for the probe sentence (None: no probe, FP32)."""
+    doc. `inputs`: the decoder's inputs for the probe sentence (None: no probe, FP32).
+    `verdict`: where the measured SNR and time ratio are kept for this CPU (later starts
+    read them instead of timing again)."""
     flags = cpu_flags()
     wanted = setting == "bf16" or (setting == "auto" and BF16_FLAG in flags)
     if not wanted or inputs is None:
         reason = choose(setting, flags, None, None)[1] if not wanted else "no probe sentence"
         log.info("tts_vocoder", model=model, precision="fp32", reason=reason)
         return {}, "fp32"
-    fast: dict[int, Any] = {}
-    snr = float("inf")
-    times: dict[str, list[float]] = {"fp32": [], "bf16": []}
+    known = _read_verdict(verdict)
+    if known is not None and choose(setting, flags, *known)[0] == "fp32":
+        log.info("tts_vocoder", model=model, precision="fp32", reason=choose(setting, flags,
+                 *known)[1], snr_db=round(known[0], 1), time_vs_fp32=round(known[1], 3),
+                 measured="before")
+        return {}, "fp32"
+    order = sorted(set(sizes))
     try:
-        for size in sorted(set(sizes)):
-            feeds = window(inputs, latent, size)
-            shapes = {name: list(a.shape) for name, a in feeds.items()}
-            fast[size] = create_ov_session(io.BytesIO(decoder), shapes=shapes, threads=threads,
-                                           precision="bf16", cache_dir=cache_dir)
-            _, ref = _timed(fp32, feeds)  # one run each first: arenas and kernels made
-            _, out = _timed(fast[size], feeds)
-            snr = min(snr, snr_db(ref, out))
-        for _ in range(TIMED_RUNS):  # the chunk window, interleaved: busy moments hit both
-            times["fp32"].append(_timed(fp32, feeds)[0])
-            times["bf16"].append(_timed(fast[size], feeds)[0])
+        built = create_ov_sessions(io.BytesIO(decoder), shapes=[
+            {name: list(a.shape) for name, a in window(inputs, latent, size).items()}
+            for size in order], threads=threads, precision="bf16", cache_dir=cache_dir)
+        fast = dict(zip(order, built, strict=True))
+        snr, ratio = known if known is not None else _measure(fp32, fast, inputs, latent)
     except OnnxError as exc:
         log.warning("tts_vocoder", model=model, precision="fp32", reason=str(exc))
         return {}, "fp32"
-    ratio = min(times["bf16"]) / max(min(times["fp32"]), 1e-9)
+    if known is None and verdict is not None:
+        text = json.dumps([round(float(snr), 2), round(float(ratio), 4)])
+        write_cache_file(verdict, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"),
+                         what="tts_vocoder")
     precision, reason = choose(setting, flags, snr, ratio)
     log.info("tts_vocoder", model=model, precision=precision, reason=reason,
-             snr_db=round(float(snr), 1), time_vs_fp32=round(ratio, 3), windows=sorted(fast))
+             snr_db=round(float(snr), 1), time_vs_fp32=round(ratio, 3), windows=order,
+             measured="before" if known is not None else "now")
     return (fast, "bf16") if precision == "bf16" else ({}, "fp32")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cosyvoiced.runtime.openvino import cpu_flags
+from cosyvoiced.runtime.onnx import cpu_flags
 from cosyvoiced.tts.vocoder import MAX_TIME_RATIO, MIN_SNR_DB, choose, window
 
 AMX = frozenset({"avx512f", "amx_bf16", "amx_tile"})
