@@ -292,8 +292,8 @@ def test_a_cancelled_sentence_is_not_kept(cache_dir):
 def test_warmed_prompts_persist_for_the_next_start(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("# the menu\nPress one for billing.\nPlease hold.\n")
-    config = TtsConfig(precision="fp32", warmup=False, cache_persist=True,
-                       cache_prompts=str(prompts))
+    config = TtsConfig(precision="fp32", vocoder="fp32", warmup=False, cache_persist=True,
+                       cache_prompts=str(prompts))  # one vocoder: its audio is the key's
     engine = TtsEngine(config, cache_dir=str(tmp_path))
     assert engine.warm_prompts() == 2
     assert len(list((tmp_path / "prompts").glob("*.f32"))) == 2
