@@ -22,9 +22,9 @@ import pytest
 from aiohttp import ClientSession, ClientTimeout
 
 from cosyvoiced.testing.audiosocket_peer import Peer
+from cosyvoiced.testing.haproxy import Box, Haproxy
 from cosyvoiced.testing.prompts import Prompt, prompts, wer
 from tests.fixtures.daemon import DaemonProcess
-from tests.fixtures.haproxy import Box, Haproxy
 
 GREETING = "Hello, thanks for calling."
 A_MAX_STREAMS = 8

@@ -15,7 +15,7 @@ import sys
 
 from tools.bench.report import Report
 
-SUITES = ("tts", "download", "io", "streams", "features", "asr", "listen", "calls")
+SUITES = ("tts", "download", "io", "streams", "features", "asr", "listen", "calls", "scaleout")
 
 
 def main(argv: list[str] | None = None) -> int:

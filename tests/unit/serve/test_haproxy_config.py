@@ -7,7 +7,7 @@ import re
 
 from cosyvoiced.config.schema import AgentConfig
 from cosyvoiced.serve.agent import Capacity
-from tests.fixtures.haproxy import REPO, SHIPPED, Box, check_config, render
+from cosyvoiced.testing.haproxy import REPO, SHIPPED, Box, check_config, render
 
 
 def _section(text: str, name: str) -> str:
