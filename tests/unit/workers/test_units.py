@@ -346,6 +346,12 @@ def test_admission_spare_is_the_room_under_busy_max_and_the_stream_cap():
     assert adm.spare([load(0)], 8) == pytest.approx(0.2)  # the cap binds first
     assert adm.spare([load(0)], 12) == 0.0
     assert adm.spare([], 0) == 0.0
+    # room that one more speaking stream does not fit in is no room: 0.75 + 0.1 > 0.8
+    assert adm.spare([load(0, speaking=1, busy=0.75)], 1) == 0.0
+    with pytest.raises(Overloaded):
+        adm.can_speak(load(0, speaking=1, busy=0.75))
+    # an idle voice always takes one stream (a stale RTF), so its room counts
+    assert adm.spare([load(0, busy=0.2, rtf=1.6)], 0) == pytest.approx(0.75)
     # where spare is 0, choose refuses
     with pytest.raises(Overloaded):
         adm.choose([load(0, busy=0.95), load(1, alive=False)], "listen")
