@@ -303,7 +303,7 @@ class AgentConfig:
     allow_from: tuple[str, ...] = opt((), live=True)
     """Balancers allowed to connect (addresses or CIDR networks). Empty: loopback only; a
     `listen` address beyond loopback needs it."""
-    max_connections: int = opt(16, min=1, max=1024)
+    max_connections: int = opt(16, min=1, max=1024, live=True)
     """Agent connections served at once (each is answered and closed at once); more are
     closed unanswered."""
     drain_grace_s: float = opt(2.0, min=0.0, max=60.0, live=True)
