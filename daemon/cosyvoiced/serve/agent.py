@@ -11,7 +11,7 @@ newline). The line is:
 * `drain` while the daemon drains on SIGTERM or reloads: no new connections, live
   calls go on;
 * `maint` once drained, while the daemon stops;
-* `down#stalled <parts>` while a part of the daemon is stalled (`runtime.health`).
+* `down #stalled: <parts>` while a part of the daemon is stalled (`runtime.health`).
 
 The agent reads nothing (HAProxy's `agent-send` is not used): it writes the line and
 closes at once, and holds at most `agent.max_connections` connections. Hand-written: the
@@ -71,7 +71,9 @@ class Capacity:
         if self.state != "ready":
             return "maint\n"
         if not self.healthy:
-            return f"down#stalled {','.join(self.stalled) or 'unknown'}\n"
+            # "#" starts the description only at the start of a word (HAProxy's
+            # tcpcheck.c): "down#x" would be one unknown word
+            return f"down #stalled: {', '.join(self.stalled) or 'unknown'}\n"
         return f"up ready {self.percent}% maxconn:{self.max_calls}\n"
 
 

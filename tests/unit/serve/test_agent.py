@@ -28,7 +28,7 @@ def test_agent_line_follows_state_health_and_spare_capacity():
         assert cap(state).agent_line() == "drain\n"
     assert cap("stopping").agent_line() == "maint\n"
     assert cap(healthy=False, stalled=("workers", "event_loop")).agent_line() == \
-        "down#stalled workers,event_loop\n"
+        "down #stalled: workers, event_loop\n"
     assert cap("draining", healthy=False).agent_line() == "drain\n"  # draining wins
 
 
