@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # System packages: libasound (the ctypes ALSA binding; -dev names it on every release), the ALSA pulse plugin and PulseAudio
 # (paced test devices), real telephone speech with transcripts, systemd tools.
 APT_PACKAGES := build-essential python3-dev python3-venv libasound2-dev libasound2-plugins alsa-utils \
-	pulseaudio asterisk-core-sounds-en-wav asterisk-core-sounds-en systemd
+	pulseaudio asterisk-core-sounds-en-wav asterisk-core-sounds-en systemd haproxy
 
 .PHONY: run test install install-test lint bench clean install-system
 
@@ -31,7 +31,7 @@ lint: $(BIN)/.stamp-test
 # every 20 s, sized for small boxes), which rewrites the ramp section of docs/performance.md
 # and the plots in docs/loadgen/.
 bench: $(BIN)/.stamp-test
-	for s in tts download prompts io streams features asr listen calls encode; do $(BIN)/python -m tools.bench $$s || true; done
+	for s in tts download prompts io streams features asr listen calls encode scaleout; do $(BIN)/python -m tools.bench $$s || true; done
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --mix tts=2,call=1,wyoming=1 \
 		--idle-calls 60 --peers piper-http,wyoming-piper --nice -10 --docs
 

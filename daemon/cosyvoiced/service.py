@@ -26,6 +26,7 @@ from cosyvoiced.runtime.health import Health, Heartbeat
 from cosyvoiced.runtime.log import set_level
 from cosyvoiced.runtime.metrics import Metrics
 from cosyvoiced.runtime.notify import Notifier, Watchdog, watchdog_interval_s
+from cosyvoiced.serve.agent import AgentServer, Capacity, max_calls
 from cosyvoiced.serve.audiosocket.server import AudioSocketServer
 from cosyvoiced.serve.devices import Devices
 from cosyvoiced.serve.http.server import HttpServer
@@ -60,6 +61,7 @@ class Daemon:
         self.wyoming: WyomingServer | None = None
         self.devices: Devices | None = None
         self.pool: WorkerPool | None = None
+        self.agent: AgentServer | None = None
         self.state = "starting"
         self.ready = False
         self.started_s = time.monotonic()
@@ -102,6 +104,13 @@ class Daemon:
     def healthy(self) -> tuple[bool, list[str]]:
         verdict = self.health.check()
         return verdict.healthy, list(verdict.stalled)
+
+    def capacity(self) -> Capacity:
+        """What this box can take now: the HAProxy agent's line and /readyz."""
+        ok, stalled = self.healthy()
+        return Capacity(self.state, ok, tuple(stalled),
+                        self.pool.spare() if self.pool else 0.0,
+                        max_calls(self.streams.max_streams, self.config.workers.max_streams))
 
     def status_line(self) -> str:
         workers = f"{self.pool.status_line()}; " if self.pool else ""
@@ -184,6 +193,9 @@ class Daemon:
         await self.devices.start()  # a device that fails is reported and retried, not fatal
         self._http = HttpServer(self, self.config)
         await self._http.start()
+        if self.config.agent.listen:  # last: it says "up" once everything serves
+            self.agent = AgentServer(self.config.agent, self.capacity)
+            await self.agent.start()
 
     def listeners(self) -> list[str]:
         out = list(self._http.bound) if self._http else []
@@ -191,6 +203,8 @@ class Daemon:
             out.append(f"audiosocket://{self.audiosocket.bound}")
         if self.wyoming:
             out.append(f"wyoming+{self.wyoming.bound}")
+        if self.agent:
+            out.append(f"agent://{self.agent.bound}")
         return out
 
     async def _stop_parts(self) -> None:
@@ -210,6 +224,9 @@ class Daemon:
         if self.pool:
             await self.pool.stop()
             self.pool = None
+        if self.agent:  # last: says "maint" until the listeners are gone
+            await self.agent.stop()
+            self.agent = None
 
     async def _serve(self) -> None:
         assert self._stop is not None
@@ -228,12 +245,11 @@ class Daemon:
                 pass
 
     async def _shutdown(self) -> None:
-        self.state, self.ready = "draining", False
-        self.streams.accepting = False
+        self.state, self.ready = "draining", False  # the agent says "drain" from now on
         self.notifier.stopping()
         timeout_s = self.config.service.drain_timeout_s
         log.info("draining", active_streams=len(self.streams), timeout_s=timeout_s)
-        self._drain = asyncio.create_task(self.streams.wait_empty(timeout_s))
+        self._drain = asyncio.create_task(self._drain_streams(timeout_s))
         try:
             drained = await self._drain
         except asyncio.CancelledError:
@@ -241,6 +257,17 @@ class Daemon:
         if not drained:
             log.warning("drain_incomplete", cut_streams=[s.id for s in self.streams.snapshot()])
         self.state = "stopping"
+
+    async def _drain_streams(self, timeout_s: float) -> bool:
+        """With a balancer's agent: keep taking new streams for `agent.drain_grace_s`
+        (calls it routed here before it heard "drain"), then refuse them and wait for the
+        live ones, within `timeout_s` in all. True if every stream finished."""
+        t0 = time.monotonic()
+        grace_s = min(self.config.agent.drain_grace_s, timeout_s) if self.agent else 0.0
+        if grace_s > 0:
+            await asyncio.sleep(grace_s)
+        self.streams.accepting = False
+        return await self.streams.wait_empty(max(0.0, timeout_s - (time.monotonic() - t0)))
 
     async def _beat_loop(self) -> None:
         while True:
@@ -297,6 +324,8 @@ class Daemon:
             self.audiosocket.config = self.config.audiosocket
         if self.wyoming:
             self.wyoming.allow = parse_allow_from(self.config.wyoming.allow_from)
+        if self.agent:  # allow_from, drain_grace_s
+            self.agent.config = self.config.agent
         log.info("reloaded", applied=live, needs_restart=restart)
         if restart:
             log.warning("restart_needed", keys=restart)

@@ -12,6 +12,7 @@ import numpy as np
 from cosyvoiced.config.schema import Config
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.metrics import Metrics
+from cosyvoiced.serve.agent import Capacity
 from cosyvoiced.serve.streams import Streams
 from tests.fakes.speech import FakeSpeech
 
@@ -26,12 +27,16 @@ class FakeDaemon:
     ready: bool = True
     debug: bool = False
     config: Config = field(default_factory=Config)
+    spare: float = 1.0
 
     def status(self) -> dict[str, Any]:
         return {"state": "ready"}
 
     def healthy(self) -> tuple[bool, list[str]]:
         return True, []
+
+    def capacity(self) -> Capacity:
+        return Capacity("ready" if self.ready else "draining", True, (), self.spare, 32)
 
 
 def wav_bytes(samples: np.ndarray, rate_hz: int) -> bytes:

@@ -2,7 +2,8 @@
 
 It lives in config so the loader rejects a bad address before anything starts, and the
 HTTP API, Wyoming and AudioSocket servers read their `listen` keys the same way; each
-server names the forms it takes (`API_FORMS`, `WYOMING_FORMS`, `AUDIOSOCKET_FORMS`).
+server names the forms it takes (`API_FORMS`, `WYOMING_FORMS`, `AUDIOSOCKET_FORMS`,
+`AGENT_FORMS`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ WYOMING_FORMS: tuple[Form, ...] = ("unix", "tcp", "hostport")
 """`wyoming.listen`: anything not "unix:" is TCP, with or without "tcp://"."""
 AUDIOSOCKET_FORMS: tuple[Form, ...] = ("hostport",)
 """`audiosocket.listen`: TCP only, as a bare HOST:PORT."""
+AGENT_FORMS: tuple[Form, ...] = ("hostport",)
+"""`agent.listen`: TCP only, as a bare HOST:PORT (HAProxy's agent-port)."""
 
 
 class AddressError(CosyvoicedError):

@@ -10,6 +10,7 @@ above it.
 from __future__ import annotations
 
 from cosyvoiced.config.addr import (
+    AGENT_FORMS,
     API_FORMS,
     AUDIOSOCKET_FORMS,
     WYOMING_FORMS,
@@ -31,6 +32,8 @@ def config_problems(config: Config) -> list[tuple[str, str]]:
     if config.wyoming.enabled:
         out += _listen("wyoming", config.wyoming.listen, WYOMING_FORMS,
                        config.wyoming.allow_from)
+    if config.agent.listen:
+        out += _listen("agent", config.agent.listen, AGENT_FORMS, config.agent.allow_from)
     return out
 
 

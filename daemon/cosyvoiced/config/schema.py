@@ -351,6 +351,23 @@ class OpenAIConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class AgentConfig:
+    listen: str = opt("")
+    """HOST:PORT of the HAProxy agent-check listener (one line per connection: `up ready
+    37% maxconn:32`, `drain`, `maint` or `down`); empty: off."""
+    allow_from: tuple[str, ...] = opt((), live=True)
+    """Balancers allowed to connect (addresses or CIDR networks). Empty: loopback only; a
+    `listen` address beyond loopback needs it."""
+    max_connections: int = opt(16, min=1, max=1024, live=True)
+    """Agent connections served at once (each is answered and closed at once); more are
+    closed unanswered."""
+    drain_grace_s: float = opt(2.0, min=0.0, max=60.0, live=True)
+    """On SIGTERM, how long the daemon says `drain` while still taking new calls before it
+    refuses them: at least HAProxy's `agent-inter`, so no call routed here just before the
+    balancer heard `drain` is refused. Counted within service.drain_timeout_s."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Config:
     service: ServiceConfig = field(default_factory=ServiceConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -363,3 +380,4 @@ class Config:
     audiosocket: AudioSocketConfig = field(default_factory=AudioSocketConfig)
     wyoming: WyomingConfig = field(default_factory=WyomingConfig)
     openai: OpenAIConfig = field(default_factory=OpenAIConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)

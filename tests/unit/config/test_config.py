@@ -220,3 +220,14 @@ def test_check_config_redacts_the_token(tmp_path):
     assert config.api.token == "s3cret-t0ken"  # the loaded config keeps it
     assert "s3cret-t0ken" not in dump_config(config)
     assert tomllib.loads(dump_config(Config()))["api"]["token"] == ""  # none set: shown empty
+
+
+def test_agent_listen_is_checked_only_when_set_and_beyond_loopback_needs_allow_from(tmp_path):
+    assert load_config(None).agent.listen == ""  # off by default
+    (msg,) = _problems('[agent]\nlisten = "127.0.0.1:x"\n', tmp_path)
+    assert "agent.listen" in msg and "HOST:PORT" in msg
+    (msg,) = _problems('[agent]\nlisten = "0.0.0.0:9093"\n', tmp_path)
+    assert "agent.allow_from" in msg
+    path = tmp_path / "ok.toml"
+    path.write_text('[agent]\nlisten = "0.0.0.0:9093"\nallow_from = ["10.1.2.0/24"]\n')
+    assert load_config(path).agent.allow_from == ("10.1.2.0/24",)

@@ -334,3 +334,24 @@ def test_the_worker_rtf_is_speech_made_per_second_of_work_whatever_the_step_size
     assert meter.rtf == pytest.approx(total, rel=0.1)
     # an average of per-step ratios would count the small first chunk's 0.18 as a step
     assert meter.rtf < (0.045 / 0.25 + 5 * 0.06) / 6 * 0.9
+
+
+def test_admission_spare_is_the_room_under_busy_max_and_the_stream_cap():
+    adm = Admission(busy_max=0.8, max_streams=10)
+    assert adm.spare([load(0), load(1)], 0) == pytest.approx(1.0)
+    # worker 0 at 0.4 of 0.8, worker 1 idle: 0.4 + 0.8 of 1.6 left
+    assert adm.spare([load(0, speaking=4, rtf=0.1), load(1)], 4) == pytest.approx(0.6, abs=1e-9)
+    assert adm.spare([load(0, busy=0.95), load(1, alive=False)], 0) == 0.0
+    assert adm.spare([load(0), load(1, alive=False)], 0) == pytest.approx(0.5)  # one lost
+    assert adm.spare([load(0)], 8) == pytest.approx(0.2)  # the cap binds first
+    assert adm.spare([load(0)], 12) == 0.0
+    assert adm.spare([], 0) == 0.0
+    # room that one more speaking stream does not fit in is no room: 0.75 + 0.1 > 0.8
+    assert adm.spare([load(0, speaking=1, busy=0.75)], 1) == 0.0
+    with pytest.raises(Overloaded):
+        adm.can_speak(load(0, speaking=1, busy=0.75))
+    # an idle voice always takes one stream (a stale RTF), so its room counts
+    assert adm.spare([load(0, busy=0.2, rtf=1.6)], 0) == pytest.approx(0.75)
+    # where spare is 0, choose refuses
+    with pytest.raises(Overloaded):
+        adm.choose([load(0, busy=0.95), load(1, alive=False)], "listen")

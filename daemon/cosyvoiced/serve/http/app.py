@@ -13,6 +13,7 @@ from aiohttp import web
 from cosyvoiced.config.schema import OpenAIConfig
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.metrics import CONTENT_TYPE, Metrics
+from cosyvoiced.serve.agent import Capacity
 from cosyvoiced.serve.audiosocket.server import AudioSocketServer
 from cosyvoiced.serve.devices import Devices
 from cosyvoiced.serve.errors import status_for, status_of
@@ -43,6 +44,8 @@ class DaemonView(Protocol):
     def status(self) -> dict[str, Any]: ...
 
     def healthy(self) -> tuple[bool, list[str]]: ...
+
+    def capacity(self) -> Capacity: ...
 
 
 def error_response(status: int, code: str, message: str) -> web.Response:
@@ -121,7 +124,14 @@ def make_app(daemon: DaemonView, token: str = "",
 
     @routes.get("/readyz")
     async def readyz(_request: web.Request) -> web.Response:
-        return web.json_response({"ready": daemon.ready}, status=200 if daemon.ready else 503)
+        """200 while ready with spare capacity (what the HAProxy agent says as a weight);
+        503 while starting, draining, stalled or full."""
+        cap = daemon.capacity()
+        ok = daemon.ready and cap.serving
+        return web.json_response({"ready": ok, "state": cap.state, "spare": round(cap.spare, 3),
+                                  "weight_percent": cap.percent, "max_calls": cap.max_calls,
+                                  "agent": cap.agent_line().strip()},
+                                 status=200 if ok else 503)
 
     @routes.get("/metrics")
     async def metrics(_request: web.Request) -> web.Response:

@@ -85,6 +85,26 @@ class Admission:
         # Spread streams evenly (an open stream may speak any moment), then by load.
         return min(fits, key=lambda w: (w.streams, w.load(), w.index)).index
 
+    def spare(self, loads: Sequence[WorkerLoad], open_streams: int) -> float:
+        """The spare real-time capacity of all the workers, 0..1, from the figures `choose`
+        admits by: the room each live worker has left under `busy_max` (none on a dead or
+        restarting worker, none on one that would refuse one more speaking stream), over
+        `busy_max` x all workers, and never more than the room left under the
+        `max_streams` cap. 0: a new call (listening and speaking) would be refused."""
+        if not loads or self.max_streams <= 0:
+            return 0.0
+        room = sum(self._room(w) for w in loads)
+        by_load = room / (self.busy_max * len(loads))
+        by_cap = max(0, self.max_streams - open_streams) / self.max_streams
+        return max(0.0, min(1.0, by_load, by_cap))
+
+    def _room(self, load: WorkerLoad) -> float:
+        if not load.alive:
+            return 0.0
+        if load.load() + load.rtf > self.busy_max and not self._idle_voice(load):
+            return 0.0  # `choose` and `can_speak` refuse it one more speaking stream
+        return max(0.0, self.busy_max - load.load())
+
     def _idle_voice(self, load: WorkerLoad) -> bool:
         """A worker speaking for no one takes one TTS stream whatever its RTF figure says:
         that figure is only re-measured by speaking, and one taken while the box was busy

@@ -286,6 +286,13 @@ class WorkerPool:
 
     # --- figures ------------------------------------------------------------------
 
+    def spare(self) -> float:
+        """The pool's spare real-time capacity, 0..1 (`Admission.spare`): what the
+        HAProxy agent and /readyz report. 0 while the pool is not running."""
+        if not self.running:
+            return 0.0
+        return self.admission.spare(self.loads(), len(self._handles))
+
     def status(self) -> dict[str, Any]:
         """Per-worker and pool-wide figures (the daemon's status)."""
         now = time.monotonic()
@@ -306,6 +313,7 @@ class WorkerPool:
         return {
             "workers": workers,
             "capacity": {"tts_speaking": sum(w["tts_capacity"] for w in workers),
+                         "spare": round(self.spare(), 3),
                          "busy_max": busy_max, "max_streams": self.admission.max_streams},
             "load": {"speaking": sum(s.speaking for s in self.slots),
                      "listening": sum(s.listening for s in self.slots),

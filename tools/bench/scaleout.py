@@ -1,0 +1,192 @@
+"""Suite `scaleout`: calls through HAProxy to two daemons vs one daemon alone, and box failure.
+
+The same call-center load as the `calls` suite (real prompts at real-time pace, a reply
+into the call after each utterance) is ramped in steps against (1) one daemon with two
+workers on this box's CPUs 0-1, called directly, and (2) two daemons with one worker each
+(CPU 0, CPU 1) behind real HAProxy running the shipped `contrib/haproxy/haproxy.cfg`, on
+loopback. The setups take turns at each step, all daemons up throughout, so other jobs on
+the box weigh on both alike. Both share the same two cores, so the ratio is the cost of
+the proxy hop and of the split, not a gain. A step passes with zero underruns, drops and
+refusals and reply first audio p95 <= 500 ms. Then (3) one daemon of the pair is killed
+(SIGKILL) and a call is placed every 100 ms: the time from the kill to the first call
+answered (its greeting heard) by the survivor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+from cosyvoiced.testing.audiosocket_peer import Peer
+from cosyvoiced.testing.haproxy import Box, Haproxy
+from cosyvoiced.testing.prompts import prompts
+from tools.bench.calls import (
+    FIRST_P95_MS,
+    CallLog,
+    Daemon,
+    _analyse,
+    _caller,
+    _controller,
+    _pct,
+)
+from tools.bench.report import Report
+
+GREETING = "Hello."
+COMMON = ("workers.spare=false", f'audiosocket.greeting="{GREETING}"')
+CHECK_S = 1.0
+"""The shipped config's check and agent interval."""
+
+
+def _box(d: Daemon) -> Box:
+    status = json.load(urllib.request.urlopen(f"{d.http}/v1/status", timeout=30))
+    agent = [x for x in status["listeners"] if x.startswith("agent://")][0]
+    return Box(d.port, int(d.http.rsplit(":", 1)[1]), int(agent.rsplit(":", 1)[1]))
+
+
+def _step(daemons: list[Daemon], target: SimpleNamespace, n: int, duration_s: float,
+          corpus: list[np.ndarray], rng: random.Random) -> tuple[bool, list]:
+    """`n` calls against `target` (a daemon, or HAProxy in front of `daemons`): passed,
+    and the table row's figures."""
+    before = [d.counters() for d in daemons]
+    logs: dict[str, CallLog] = {}
+
+    async def step() -> list:
+        stop = asyncio.Event()
+        ctls = [asyncio.create_task(_controller(d.http, logs, stop)) for d in daemons]
+        await asyncio.sleep(0.3)
+        peers = await asyncio.gather(*(
+            _caller(target, corpus, duration_s, i * 3.0 / n, logs, rng)  # type: ignore[arg-type]
+            for i in range(n)))
+        stop.set()
+        for c in ctls:
+            c.cancel()
+        return peers
+
+    peers = asyncio.run(step())
+    time.sleep(1.0)
+    after = [d.counters() for d in daemons]
+    delta = {k: sum(a.get(k, 0.0) - b.get(k, 0.0) for a, b in zip(after, before, strict=True))
+             for k in ("underruns", "dropped_frames", "refused")}
+    a = _analyse(peers)
+    first50, first95 = _pct(a["first"], 50) * 1000, _pct(a["first"], 95) * 1000
+    ok = all(v == 0 for v in delta.values()) and first95 <= FIRST_P95_MS
+    return ok, [n, first50, first95, int(delta["underruns"]), int(delta["dropped_frames"]),
+                int(delta["refused"]), "yes" if ok else "no"]
+
+
+async def _answered_at(port: int, timeout_s: float) -> float | None:
+    """One call through HAProxy: when its first greeting frame arrived, or None."""
+    peer = Peer("127.0.0.1", port)
+    try:
+        await peer.connect()
+    except OSError:
+        return None
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline and not peer.closed:
+            if peer.call.received:
+                return peer.call.received[0].at_s
+            await asyncio.sleep(0.01)
+        return None
+    finally:
+        await peer.hangup()
+
+
+async def _failover(port: int, kill: object, timeout_s: float = 15.0) -> float:
+    """Kill, then a call every 100 ms until one is answered: seconds from the kill."""
+    t0 = time.monotonic()
+    kill()  # type: ignore[operator]
+    tasks: list[asyncio.Task[float | None]] = []
+    while time.monotonic() - t0 < timeout_s:
+        tasks.append(asyncio.create_task(_answered_at(port, 3.0)))
+        await asyncio.sleep(0.1)
+        done = [t.result() for t in tasks if t.done() and t.result() is not None]
+        if done:
+            break
+    got = [t for t in await asyncio.gather(*tasks) if t is not None]
+    return min(got) - t0 if got else 1e9
+
+
+def run(quick: bool) -> Report:
+    rng = random.Random(7)
+    corpus = [(p.samples() * 32767).astype(np.int16) for p in prompts()
+              if 1.0 < p.samples().shape[0] / 8000 < 4.0][:60]
+    steps = [4, 8] if quick else [4, 6, 8, 10, 12, 14, 16, 20, 24]
+    duration_s = 10.0 if quick else 20.0
+    report = Report("scaleout", ["setup", "calls", "reply first audio p50 ms", "p95 ms",
+                                 "underruns", "dropped", "refused", "pass"])
+    alone, both = "one daemon", "two daemons via haproxy"
+    passed: dict[str, dict[int, float]] = {alone: {}, both: {}}
+    """Steps each setup passed before its first failure, with their reply p95."""
+    ran: dict[str, dict[int, float]] = {alone: {}, both: {}}
+    """Every step each setup ran, with its reply p95."""
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        daemons: list[Daemon] = []
+        proxy: Haproxy | None = None
+        try:
+            (tmp / "one").mkdir()
+            one = Daemon(tmp / "one", COMMON)
+            daemons.append(one)
+            for i in range(2):
+                (tmp / f"d{i}").mkdir()
+                daemons.append(Daemon(tmp / f"d{i}", (*COMMON, "workers.count=1",
+                                                      f'workers.cpus="{i}"',
+                                                      'agent.listen="127.0.0.1:0"')))
+            pair = daemons[1:]
+            proxy = Haproxy(tmp, (_box(pair[0]), _box(pair[1]))).start()
+            proxy.wait_for(lambda s: all(v["status"] == "UP" for v in s.values()),
+                           "both up", 20.0)
+            setups = {alone: ([one], SimpleNamespace(host=one.host, port=one.port)),
+                      both: (pair, SimpleNamespace(host="127.0.0.1", port=proxy.calls_port))}
+            failed: set[str] = set()
+            for n in steps:  # the setups take turns step by step: background load hits both
+                for label, (ds, target) in setups.items():
+                    if label in failed:
+                        continue
+                    ok, row = _step(ds, target, n, duration_s, corpus, rng)
+                    report.rows.append([label, *row])
+                    ran[label][n] = row[2]
+                    if ok:
+                        passed[label][n] = row[2]
+                    else:
+                        failed.add(label)
+                if len(failed) == len(setups):
+                    break
+            time.sleep(2.0)
+            failover_s = asyncio.run(_failover(proxy.calls_port, pair[0].proc.kill))
+        finally:
+            for d in daemons:
+                d.stop()
+            if proxy is not None:
+                proxy.stop()
+    n_alone, n_both = max(passed[alone], default=0), max(passed[both], default=0)
+    ratio = n_both / n_alone if n_alone else 0.0
+    # the hop's cost: reply p95 at the same load, the largest step both setups ran
+    at = max((n for n in ran[both] if n in ran[alone]), default=0)
+    added_ms = ran[both][at] - ran[alone][at] if at else 1e9
+    report.figures = {"calls_alone": n_alone, "calls_via_haproxy": n_both, "ratio": ratio,
+                      "reply_p95_ms_at_step": at,
+                      "reply_p95_ms_alone": ran[alone].get(at),
+                      "reply_p95_ms_via_haproxy": ran[both].get(at),
+                      "kill_to_answer_s": failover_s}
+    report.notes.append(f"{duration_s:.0f} s per step, the two setups taking turns; callers "
+                        "speak ~35% of the time and run on the same box; one daemon: 2 "
+                        "workers on CPUs 0-1; the pair: 1 worker each on CPU 0 and CPU 1")
+    report.notes.append(f"reply p95 compared at {at} calls, the largest step both ran")
+    report.notes.append(f"kill -9 of one daemon of the pair: a call every 100 ms until the "
+                        f"survivor answers one: {failover_s:.2f} s")
+    report.target("calls via haproxy / one daemon alone", ratio, ">= 0.95", ratio >= 0.95)
+    report.target("reply first audio p95 added by the hop (ms)", added_ms, "<= 5",
+                  added_ms <= 5)
+    report.target("kill -9 to the first call answered by the survivor (s)", failover_s,
+                  f"<= {2 * CHECK_S:g} (2 check intervals)", failover_s <= 2 * CHECK_S)
+    return report
