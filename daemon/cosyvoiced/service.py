@@ -33,6 +33,7 @@ from cosyvoiced.serve.speech import PoolSpeech, Speech
 from cosyvoiced.serve.streams import Streams
 from cosyvoiced.serve.wyoming.server import WyomingServer
 from cosyvoiced.tts.errors import TtsError
+from cosyvoiced.tts.normalize.lexicon import Lexicon, LexiconError, load_lexicon
 from cosyvoiced.tts.voices import find_voice
 from cosyvoiced.workers.pool.pool import WorkerPool
 
@@ -160,11 +161,17 @@ class Daemon:
         source = self.config_path or "defaults"
         problems = [ConfigProblem("--set" if key in overridden else source, key, msg)
                     for key, msg in model_problems(self.config)]
+        try:
+            lexicon: Lexicon | None = load_lexicon(self.config.tts.lexicon)
+        except LexiconError as exc:
+            problems.append(ConfigProblem(source, "tts.lexicon", str(exc)))
         if problems:
             raise ConfigError(problems)
         # Workers load and warm up (one synthesis, one VAD run each) before READY=1.
         self.pool = WorkerPool.from_config(self.config, health=self.health,
-                                           publish=self.bus.publish)
+                                           publish=self.bus.publish, lexicon=lexicon)
+        if lexicon:
+            log.info("lexicon_loaded", path=self.config.tts.lexicon, entries=len(lexicon))
         await self.pool.start()
         self.speech = PoolSpeech(self.pool, self.config)
         if self.config.audiosocket.enabled:
@@ -296,9 +303,24 @@ class Daemon:
             self.audiosocket.config = self.config.audiosocket
         if self.wyoming:
             self.wyoming.allow = parse_allow_from(self.config.wyoming.allow_from)
+        if self.pool:
+            self._reload_lexicon()
         log.info("reloaded", applied=live, needs_restart=restart)
         if restart:
             log.warning("restart_needed", keys=restart)
+
+
+    def _reload_lexicon(self) -> None:
+        """Read `tts.lexicon` again (its words may have changed while its path did not)."""
+        assert self.pool is not None
+        path = self.config.tts.lexicon
+        try:
+            lexicon = load_lexicon(path)
+        except LexiconError as exc:
+            log.error("lexicon_rejected", error=str(exc), note="keeping the running lexicon")
+            return
+        self.pool.set_lexicon(lexicon)
+        log.info("lexicon_loaded", path=path, entries=len(lexicon))
 
 
 def model_problems(config: Config) -> list[tuple[str, str]]:

@@ -151,6 +151,12 @@ class TtsConfig:
     Sized from `max_chars`: 5000 chars at ~23 chars/s are ~220 s, ~880 s at the slowest
     rate a request may ask for (0.25x), plus `max_pause_s`, with headroom; raise it with
     `max_chars`."""
+    lexicon: str = opt("", live=True, must_exist="file")
+    """Pronunciation lexicon: a TOML file with an `[ipa]` table (word = IPA, spoken as
+    written) and a `[say]` table (word = respelling). All-lower-case keys match any case,
+    others only that spelling; whole words only. At most 10,000 entries, 200 characters
+    per value, 1 MiB. Read again on every SIGHUP (a broken file keeps the running one).
+    "": none."""
 
 
 @dataclass(frozen=True, kw_only=True)
