@@ -181,9 +181,8 @@ class Daemon:
             clock = self.audiosocket.clock
             self.health.register("audiosocket_clock", lambda: clock.last_tick_s)
         if self.config.wyoming.enabled:
-            self.wyoming = WyomingServer(self.speech, self.streams, self.config.wyoming.listen,
-                                         max_chars=self.config.tts.max_chars,
-                                         allow_from=self.config.wyoming.allow_from)
+            self.wyoming = WyomingServer(self.speech, self.streams, self.config.wyoming,
+                                         max_chars=self.config.tts.max_chars)
             await self.wyoming.start()
         self.devices = Devices(self.config.audio, self.speech, streams=self.streams,
                                metrics=self.metrics, health=self.health)
@@ -301,7 +300,8 @@ class Daemon:
             self.pool.reconfigure_listen(self.config.vad, self.config.asr)
         if self.audiosocket:  # greeting, voice, barge-in, allow_from: read per call
             self.audiosocket.config = self.config.audiosocket
-        if self.wyoming:
+        if self.wyoming:  # defaults, speed, idle timeout, cap: read per connection
+            self.wyoming.config = self.config.wyoming
             self.wyoming.allow = parse_allow_from(self.config.wyoming.allow_from)
         if self.pool:
             self._reload_lexicon()

@@ -299,6 +299,26 @@ class WyomingConfig:
     allow_from: tuple[str, ...] = opt((), live=True)
     """Peers allowed to connect over TCP (addresses or CIDR networks): the protocol has no
     authentication. Empty: loopback only; a `listen` address beyond loopback needs it."""
+    zeroconf: bool = opt(True)
+    """Advertise the listener over mDNS as `_wyoming._tcp` (Home Assistant finds it without
+    a typed host and port). Only for a TCP `listen` beyond loopback; on a wildcard address
+    every non-loopback address of the host is advertised."""
+    zeroconf_name: str = opt("")
+    """The advertised instance name; "": "cosyvoiced on HOSTNAME"."""
+    voice: str = opt("", live=True)
+    """Voice for a `synthesize` that names none (Wyoming clients often send none); "":
+    `tts.voice`."""
+    speaker: str = opt("", live=True)
+    """Speaker (name or id) of a multi-speaker voice for a `synthesize` that names none."""
+    speed: float = opt(1.0, min=0.25, max=4.0, live=True)
+    """Speaking rate of all Wyoming speech (the protocol cannot ask for one): 1.0 the
+    voice's own, 2.0 twice as fast."""
+    idle_timeout_s: float = opt(60.0, min=1.0, max=3600.0, live=True)
+    """A client that sends no whole event within this long (silent, or trickling bytes)
+    is closed (logged `wyoming_idle_timeout`). Time spent answering does not count."""
+    max_connections: int = opt(64, min=1, max=10_000, live=True)
+    """Wyoming clients connected at once; one more gets an `error` event (`overloaded`)
+    and is closed. Each transcription or synthesis also takes a stream slot."""
 
 
 @dataclass(frozen=True, kw_only=True)
