@@ -55,6 +55,8 @@ class Daemon:
         self.health = Health(config.service.health_stall_s)
         self.streams = Streams(config.workers.max_streams)
         self.metrics = Metrics()
+        self.metrics.on_scrape(self._refresh_metrics)
+        self._restarts_counted = 0
         self.bus = EventBus()
         self.speech: Speech | None = None
         self.audiosocket: AudioSocketServer | None = None
@@ -108,6 +110,22 @@ class Daemon:
         workers = f"{self.pool.status_line()}; " if self.pool else ""
         return (f"{self.state}; streams {len(self.streams)}/{self.streams.max_streams}; "
                 f"{workers}v{__version__}")
+
+    def _refresh_metrics(self, m: Metrics) -> None:
+        """The gauges read from live state at each scrape (the pool's and health's)."""
+        m.stalled_parts.set(len(self.health.check().stalled))
+        if self.pool is None:
+            return
+        status = self.pool.status()
+        workers = status["workers"]
+        m.workers.set(len(workers))
+        m.workers_up.set(sum(1 for w in workers if w["alive"]))
+        for w in workers:
+            m.worker_busy.labels(str(w["index"])).set(w["busy"])
+            m.worker_tts_rtf.labels(str(w["index"])).set(w["rtf"])
+        if status["restarts"] > self._restarts_counted:
+            m.worker_restarts.inc(status["restarts"] - self._restarts_counted)
+            self._restarts_counted = status["restarts"]
 
     # --- lifecycle -----------------------------------------------------------------
 

@@ -6,6 +6,8 @@ worth in one process). Parts update it; `GET /metrics` renders it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import (
     CollectorRegistry,
     Counter,
@@ -54,6 +56,24 @@ class Metrics:
                                    "the source)", buckets=TICK_LATE_BUCKETS_S, registry=r)
         self.worker_restarts = Counter("cosyvoiced_worker_restarts", "Inference workers "
                                        "restarted after dying", registry=r)
+        self.workers = Gauge("cosyvoiced_workers", "Inference worker slots configured",
+                             registry=r)
+        self.workers_up = Gauge("cosyvoiced_workers_up", "Inference workers alive",
+                                registry=r)
+        self.worker_tts_rtf = Gauge("cosyvoiced_worker_tts_rtf", "Each worker's recent TTS "
+                                    "real-time factor (synthesis time / audio time)",
+                                    ["worker"], registry=r)
+        self.stalled_parts = Gauge("cosyvoiced_health_stalled_parts", "Parts (event loop, "
+                                   "audio threads, workers) without progress within "
+                                   "service.health_stall_s: while above 0 the systemd "
+                                   "watchdog is not pinged", registry=r)
+        self._on_scrape: list[Callable[[Metrics], None]] = []
+
+    def on_scrape(self, refresh: Callable[[Metrics], None]) -> None:
+        """Call `refresh(self)` before each render (gauges read from live state)."""
+        self._on_scrape.append(refresh)
 
     def render(self) -> bytes:
+        for refresh in self._on_scrape:
+            refresh(self)
         return generate_latest(self.registry)
