@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import io
 import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -110,9 +112,13 @@ def test_ssml_phoneme_and_sub_are_heard_and_a_bad_ph_is_a_400(daemon_factory, ju
     assert d.wait() == 0
 
 
-def test_a_broken_lexicon_at_start_is_a_config_error(daemon_factory, tmp_path):
+def test_a_broken_lexicon_at_start_is_a_config_error(daemon_factory, tmp_path, repo_root):
     lex = tmp_path / "bad.toml"
     lex.write_text('[ipa]\nQyxelle = "<p>"\n')
     d = daemon_factory(overrides=(f'tts.lexicon="{lex}"',)).start()
     assert d.wait(60) == 78
     assert any("tts.lexicon" in str(e) for e in d.log_events()), d.log_path.read_text()[-500:]
+    check = subprocess.run([sys.executable, "-m", "cosyvoiced", "check-config",
+                            str(repo_root / "configs" / "dev.toml"), "--set",
+                            f'tts.lexicon="{lex}"'], capture_output=True, text=True, timeout=60)
+    assert check.returncode == 78 and "tts.lexicon" in check.stderr, check.stderr
