@@ -315,7 +315,9 @@ class WyomingConfig:
     voice's own, 2.0 twice as fast."""
     idle_timeout_s: float = opt(60.0, min=1.0, max=3600.0, live=True)
     """A client that sends no whole event within this long (silent, or trickling bytes)
-    is closed (logged `wyoming_idle_timeout`). Time spent answering does not count."""
+    is closed (logged `wyoming_idle_timeout`); time spent answering does not count. One
+    that reads nothing this long while audio waits for it is dropped too
+    (`wyoming_write_timeout`), freeing its stream."""
     max_connections: int = opt(64, min=1, max=10_000, live=True)
     """Wyoming clients connected at once; one more gets an `error` event (`overloaded`)
     and is closed. Each transcription or synthesis also takes a stream slot."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 
@@ -14,7 +15,7 @@ from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
-from wyoming.event import async_read_event
+from wyoming.event import async_read_event, async_write_event
 from wyoming.info import Describe, Info
 from wyoming.ping import Ping
 from wyoming.tts import (
@@ -395,5 +396,26 @@ def test_no_zeroconf_on_loopback():
         server, _ = await _server_with(WyomingConfig(listen="tcp://127.0.0.1:0",
                                                      zeroconf=True))
         assert server.advertisement is None
+        await server.stop()
+    asyncio.run(main())
+
+
+def test_a_client_that_stops_reading_is_dropped_and_frees_its_stream():
+    async def main():
+        config = WyomingConfig(listen="tcp://127.0.0.1:0", idle_timeout_s=1.0)
+        streams = Streams(100)
+        server = WyomingServer(FakeSpeech(), streams, config)
+        await server.start()
+        port = int(server.bound.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        # ~11 MB of audio, far more than the socket buffers hold: never read
+        await async_write_event(Synthesize(text="a " * 2500).event(), writer)
+        deadline = asyncio.get_running_loop().time() + 20
+        while server._clients and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)
+        assert not server._clients and len(streams) == 0
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
         await server.stop()
     asyncio.run(main())

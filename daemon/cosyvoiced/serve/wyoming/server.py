@@ -8,7 +8,8 @@ arrive; what waits for one is capped at `tts.max_chars` (`text_too_long`, that s
 dropped), and each chunk is scanned once, not all the text since the last sentence end.
 
 Bounded per listener: at most `max_connections` clients, and a client that sends no
-whole event within `idle_timeout_s` (silent or trickling) is closed with a log line.
+whole event within `idle_timeout_s` (silent or trickling), or reads nothing that long
+while audio waits for it, is closed with a log line.
 What the protocol cannot ask for (speed; voice and speaker when a client names none)
 comes from `[wyoming]`. A TCP listener beyond loopback is advertised over zeroconf.
 """
@@ -101,7 +102,16 @@ class Connection:
         self._forward: asyncio.Task[None] | None = None
 
     async def write(self, event: Event) -> None:
-        await async_write_event(event, self.writer)
+        """Send one event; a client that reads nothing for `idle_timeout_s` while we
+        have audio for it is dropped like one that sends nothing."""
+        try:
+            await asyncio.wait_for(async_write_event(event, self.writer),
+                                   self.config.idle_timeout_s)
+        except TimeoutError:
+            log.info("wyoming_write_timeout", client=self.name,
+                     timeout_s=self.config.idle_timeout_s)
+            self.writer.transport.abort()
+            raise ConnectionResetError("client stopped reading") from None
 
     async def _next_event(self) -> Event | None:
         """The next whole event within `idle_timeout_s`, else the connection ends."""
