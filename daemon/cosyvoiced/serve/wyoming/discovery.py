@@ -13,13 +13,14 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Awaitable
+from typing import TYPE_CHECKING
 
-import ifaddr
 import structlog
-from zeroconf import InterfaceChoice, IPVersion
-from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
 from cosyvoiced import __version__
+
+if TYPE_CHECKING:
+    from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
 log = structlog.get_logger(__name__)
 
@@ -29,6 +30,8 @@ WILDCARDS = ("", "0.0.0.0", "::")
 
 def host_addresses() -> list[str]:
     """Every address of this host's interfaces that is not loopback or link-local."""
+    import ifaddr  # zeroconf's own dependency
+
     out: list[str] = []
     for adapter in ifaddr.get_adapters():
         for ip in adapter.ips:
@@ -58,6 +61,10 @@ class Advertisement:
         self._announcing: Awaitable[object] | None = None
 
     async def start(self) -> None:
+        # imported here: ~0.13 s that a daemon not advertising should not pay at start
+        from zeroconf import InterfaceChoice, IPVersion
+        from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
+
         if not self.addresses:
             log.warning("zeroconf_no_address", note="no non-loopback address to advertise")
             return
