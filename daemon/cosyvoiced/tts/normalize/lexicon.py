@@ -23,6 +23,7 @@ import re
 import tomllib
 import unicodedata
 from dataclasses import dataclass
+from typing import Any
 
 from cosyvoiced.tts.errors import TtsError
 from cosyvoiced.tts.normalize.segments import inline_phonemes
@@ -59,33 +60,81 @@ def check_ipa(ph: str) -> str:
     return ph
 
 
+_WORD_RE = re.compile(r"\w+(?:'\w+)*")
+"""A word of the text and of a key (an apostrophe inside a word keeps it one word)."""
+
+
+def _words(text: str) -> tuple[list[str], list[str]]:
+    """A key's words and the separators between them (whitespace runs as one space)."""
+    spans = list(_WORD_RE.finditer(text))
+    seps = [" " if not (sep := text[a.end():b.start()]).strip() else sep
+            for a, b in zip(spans, spans[1:], strict=False)]
+    return [m.group(0) for m in spans], seps
+
+
 @dataclass(frozen=True)
 class Lexicon:
-    """Word -> ("ipa" | "say", value); `exact` for keys with a capital, `folded` else."""
+    """Word -> ("ipa" | "say", value); `exact` for keys with a capital, `folded` else.
+
+    Looked up word by word (a dict per first word, longest key first): no regex of
+    every key, so a full lexicon costs a request a few milliseconds and a worker
+    nothing to rebuild when a new one arrives."""
 
     exact: dict[str, tuple[str, str]]
     folded: dict[str, tuple[str, str]]
     source: str = ""
 
     def __post_init__(self) -> None:
-        keys = sorted([*self.exact, *self.folded], key=len, reverse=True)
-        alts = [re.escape(k) if k in self.exact else f"(?i:{re.escape(k)})" for k in keys]
-        pattern = rf"(?<![\w'])(?:{'|'.join(alts)})(?![\w'])" if alts else r"(?!x)x"
-        object.__setattr__(self, "_re", re.compile(pattern))
+        index: dict[str, list[tuple[list[str], list[str], bool, tuple[str, str]]]] = {}
+        for exact, table in ((True, self.exact), (False, self.folded)):
+            for key, entry in table.items():
+                words, seps = _words(key)
+                words = words if exact else [w.lower() for w in words]
+                if words:
+                    index.setdefault(words[0].lower(), []).append((words, seps, exact, entry))
+        for candidates in index.values():
+            candidates.sort(key=lambda c: len(c[0]), reverse=True)
+        object.__setattr__(self, "_index", index)
 
     def __len__(self) -> int:
         return len(self.exact) + len(self.folded)
 
     def apply(self, text: str) -> str:
         """`text` with each entry's word respelled or made an inline phoneme piece."""
-        if not len(self):
+        index = self._index  # type: ignore[attr-defined]
+        if not index:
             return text
-        return self._re.sub(self._replace, text)  # type: ignore[attr-defined]
+        spans = list(_WORD_RE.finditer(text))
+        out: list[str] = []
+        pos = i = 0
+        while i < len(spans):
+            found = self._match(index.get(spans[i].group(0).lower(), ()), spans, i, text)
+            if found is None:
+                i += 1
+                continue
+            n, (kind, value) = found
+            out.append(text[pos:spans[i].start()])
+            out.append(inline_phonemes(value) if kind == "ipa" else value)
+            pos = spans[i + n - 1].end()
+            i += n
+        out.append(text[pos:])
+        return "".join(out)
 
-    def _replace(self, m: re.Match[str]) -> str:
-        word = m.group(0)
-        kind, value = self.exact.get(word) or self.folded[word.lower()]
-        return inline_phonemes(value) if kind == "ipa" else value
+    @staticmethod
+    def _match(candidates: Any, spans: list[re.Match[str]], i: int,
+               text: str) -> tuple[int, tuple[str, str]] | None:
+        for words, seps, exact, entry in candidates:
+            n = len(words)
+            if i + n > len(spans):
+                continue
+            got = [m.group(0) for m in spans[i:i + n]]
+            if (got if exact else [w.lower() for w in got]) != words:
+                continue
+            between = [text[a.end():b.start()] for a, b in
+                       zip(spans[i:i + n], spans[i + 1:i + n], strict=False)]
+            if [" " if not b.strip() else b for b in between] == seps:
+                return n, entry
+        return None
 
 
 EMPTY = Lexicon({}, {})

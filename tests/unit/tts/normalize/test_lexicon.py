@@ -138,3 +138,12 @@ def test_load_missing_file_and_none(tmp_path):
 def test_lexicon_pickles_for_the_workers(lexicon):
     again = pickle.loads(pickle.dumps(lexicon))
     assert again.apply("Qyxelle") == inline_phonemes("pˈɪksəl")
+
+
+def test_phrases_match_across_any_whitespace_and_keep_their_punctuation():
+    lx = parse_lexicon(b'[say]\n"new qyx" = "N Q"\n"node.js" = "node J S"\n'
+                       b'Qy = "exact"\nqy = "folded"\n')
+    assert lx.apply("a New \n Qyx b, new-qyx") == "a N Q b, new-qyx"
+    assert lx.apply("Node.js and node js, node.jsx") == "node J S and node js, node.jsx"
+    assert lx.apply("Qy qy QY") == "exact folded folded"
+    assert lx.apply("") == "" and parse_lexicon(b"").apply("Qy") == "Qy"
