@@ -4,8 +4,10 @@ real daemon's `GET /metrics` exports (a renamed metric would leave an alert sile
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
+import time
 import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -48,5 +50,18 @@ def test_dashboard_and_alerts_use_only_exported_metrics(daemon_factory):
     assert "cosyvoiced_health_stalled_parts 0.0" in text
     # and the check can fail: a name nobody exports is caught
     assert "cosyvoiced_underruns" not in exported  # the counter is _total
+
+    # a worker killed: the restart is counted, as CosyvoicedWorkerRestarts reads it
+    status = json.loads(d.ctl("--json", "status").stdout)
+    os.kill(status["workers"]["workers"][0]["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as resp:
+            text = resp.read().decode()
+        if re.search(r"^cosyvoiced_worker_restarts_total 1\.0$", text, re.M):
+            break
+        time.sleep(0.5)
+    else:
+        raise AssertionError("worker restart not counted in /metrics")
     d.signal(signal.SIGTERM)
     assert d.wait() == 0
