@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 # System packages: libasound (the ctypes ALSA binding; -dev names it on every release), the ALSA pulse plugin and PulseAudio
 # (paced test devices), real telephone speech with transcripts, systemd tools.
 APT_PACKAGES := build-essential python3-dev python3-venv libasound2-dev libasound2-plugins alsa-utils \
-	pulseaudio asterisk-core-sounds-en-wav asterisk-core-sounds-en systemd haproxy
+	pulseaudio asterisk-core-sounds-en-wav asterisk-core-sounds-en systemd haproxy prometheus
 
 .PHONY: run test install install-test lint bench clean install-system
 

@@ -51,6 +51,13 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return EX_CONFIG
+    from cosyvoiced.tts.normalize.lexicon import LexiconError, load_lexicon
+
+    try:
+        load_lexicon(config.tts.lexicon)
+    except LexiconError as exc:
+        print(f"tts.lexicon: {exc}", file=sys.stderr)
+        return EX_CONFIG
     sys.stdout.write(dump_config(config))
     return 0
 

@@ -34,6 +34,7 @@ from cosyvoiced.serve.speech import PoolSpeech, Speech
 from cosyvoiced.serve.streams import Streams
 from cosyvoiced.serve.wyoming.server import WyomingServer
 from cosyvoiced.tts.errors import TtsError
+from cosyvoiced.tts.normalize.lexicon import Lexicon, LexiconError, load_lexicon
 from cosyvoiced.tts.voices import find_voice
 from cosyvoiced.workers.pool.pool import WorkerPool
 
@@ -55,6 +56,8 @@ class Daemon:
         self.health = Health(config.service.health_stall_s)
         self.streams = Streams(config.workers.max_streams)
         self.metrics = Metrics()
+        self.metrics.on_scrape(self._refresh_metrics)
+        self._restarts_counted = 0
         self.bus = EventBus()
         self.speech: Speech | None = None
         self.audiosocket: AudioSocketServer | None = None
@@ -117,6 +120,22 @@ class Daemon:
         return (f"{self.state}; streams {len(self.streams)}/{self.streams.max_streams}; "
                 f"{workers}v{__version__}")
 
+    def _refresh_metrics(self, m: Metrics) -> None:
+        """The gauges read from live state at each scrape (the pool's and health's)."""
+        m.stalled_parts.set(len(self.health.check().stalled))
+        if self.pool is None:
+            return
+        status = self.pool.status()
+        workers = status["workers"]
+        m.workers.set(len(workers))
+        m.workers_up.set(sum(1 for w in workers if w["alive"]))
+        for w in workers:
+            m.worker_busy.labels(str(w["index"])).set(w["busy"])
+            m.worker_tts_rtf.labels(str(w["index"])).set(w["rtf"])
+        if status["restarts"] > self._restarts_counted:
+            m.worker_restarts.inc(status["restarts"] - self._restarts_counted)
+            self._restarts_counted = status["restarts"]
+
     # --- lifecycle -----------------------------------------------------------------
 
     async def run(self) -> int:
@@ -169,11 +188,17 @@ class Daemon:
         source = self.config_path or "defaults"
         problems = [ConfigProblem("--set" if key in overridden else source, key, msg)
                     for key, msg in model_problems(self.config)]
+        try:
+            lexicon: Lexicon | None = load_lexicon(self.config.tts.lexicon)
+        except LexiconError as exc:
+            problems.append(ConfigProblem(source, "tts.lexicon", str(exc)))
         if problems:
             raise ConfigError(problems)
         # Workers load and warm up (one synthesis, one VAD run each) before READY=1.
         self.pool = WorkerPool.from_config(self.config, health=self.health,
-                                           publish=self.bus.publish)
+                                           publish=self.bus.publish, lexicon=lexicon)
+        if lexicon:
+            log.info("lexicon_loaded", path=self.config.tts.lexicon, entries=len(lexicon))
         await self.pool.start()
         self.metrics.watch_workers(self.pool.worker_figures)
         self.speech = PoolSpeech(self.pool, self.config)
@@ -184,9 +209,8 @@ class Daemon:
             clock = self.audiosocket.clock
             self.health.register("audiosocket_clock", lambda: clock.last_tick_s)
         if self.config.wyoming.enabled:
-            self.wyoming = WyomingServer(self.speech, self.streams, self.config.wyoming.listen,
-                                         max_chars=self.config.tts.max_chars,
-                                         allow_from=self.config.wyoming.allow_from)
+            self.wyoming = WyomingServer(self.speech, self.streams, self.config.wyoming,
+                                         max_chars=self.config.tts.max_chars)
             await self.wyoming.start()
         self.devices = Devices(self.config.audio, self.speech, streams=self.streams,
                                metrics=self.metrics, health=self.health)
@@ -322,13 +346,29 @@ class Daemon:
             self.pool.reconfigure_listen(self.config.vad, self.config.asr)
         if self.audiosocket:  # greeting, voice, barge-in, allow_from: read per call
             self.audiosocket.config = self.config.audiosocket
-        if self.wyoming:
+        if self.wyoming:  # defaults, speed, idle timeout, cap: read per connection
+            self.wyoming.config = self.config.wyoming
             self.wyoming.allow = parse_allow_from(self.config.wyoming.allow_from)
         if self.agent:  # allow_from, drain_grace_s
             self.agent.config = self.config.agent
+        if self.pool:
+            self._reload_lexicon()
         log.info("reloaded", applied=live, needs_restart=restart)
         if restart:
             log.warning("restart_needed", keys=restart)
+
+
+    def _reload_lexicon(self) -> None:
+        """Read `tts.lexicon` again (its words may have changed while its path did not)."""
+        assert self.pool is not None
+        path = self.config.tts.lexicon
+        try:
+            lexicon = load_lexicon(path)
+        except LexiconError as exc:
+            log.error("lexicon_rejected", error=str(exc), note="keeping the running lexicon")
+            return
+        self.pool.set_lexicon(lexicon)
+        log.info("lexicon_loaded", path=path, entries=len(lexicon))
 
 
 def model_problems(config: Config) -> list[tuple[str, str]]:

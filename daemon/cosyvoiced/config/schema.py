@@ -168,6 +168,12 @@ class TtsConfig:
     """A text file of prompts (one per line, `#` comments) synthesized into the cache when
     a worker starts, with the default voice and settings (greetings, menus, hold messages);
     with `cache_persist` later starts read them from disk instead."""
+    lexicon: str = opt("", live=True, must_exist="file")
+    """Pronunciation lexicon: a TOML file with an `[ipa]` table (word = IPA, spoken as
+    written) and a `[say]` table (word = respelling). All-lower-case keys match any case,
+    others only that spelling; whole words only. At most 10,000 entries, 200 characters
+    per value, 1 MiB. Read again on every SIGHUP (a broken file keeps the running one).
+    "": none."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -310,6 +316,28 @@ class WyomingConfig:
     allow_from: tuple[str, ...] = opt((), live=True)
     """Peers allowed to connect over TCP (addresses or CIDR networks): the protocol has no
     authentication. Empty: loopback only; a `listen` address beyond loopback needs it."""
+    zeroconf: bool = opt(True)
+    """Advertise the listener over mDNS as `_wyoming._tcp` (Home Assistant finds it without
+    a typed host and port). Only for a TCP `listen` beyond loopback; on a wildcard address
+    every non-loopback address of the host is advertised."""
+    zeroconf_name: str = opt("")
+    """The advertised instance name; "": "cosyvoiced on HOSTNAME"."""
+    voice: str = opt("", live=True)
+    """Voice for a `synthesize` that names none (Wyoming clients often send none); "":
+    `tts.voice`."""
+    speaker: str = opt("", live=True)
+    """Speaker (name or id) of a multi-speaker voice for a `synthesize` that names none."""
+    speed: float = opt(1.0, min=0.25, max=4.0, live=True)
+    """Speaking rate of all Wyoming speech (the protocol cannot ask for one): 1.0 the
+    voice's own, 2.0 twice as fast."""
+    idle_timeout_s: float = opt(60.0, min=1.0, max=3600.0, live=True)
+    """A client that sends no whole event within this long (silent, or trickling bytes)
+    is closed (logged `wyoming_idle_timeout`); time spent answering does not count. One
+    that reads nothing this long while audio waits for it is dropped too
+    (`wyoming_write_timeout`), freeing its stream."""
+    max_connections: int = opt(64, min=1, max=10_000, live=True)
+    """Wyoming clients connected at once; one more gets an `error` event (`overloaded`)
+    and is closed. Each transcription or synthesis also takes a stream slot."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -54,18 +54,39 @@ class Metrics:
                                    "the source)", buckets=TICK_LATE_BUCKETS_S, registry=r)
         self.worker_restarts = Counter("cosyvoiced_worker_restarts", "Inference workers "
                                        "restarted after dying", registry=r)
+        self.worker_busy = Gauge("cosyvoiced_worker_busy_ratio", "Busy fraction of each "
+                                 "inference worker", ["worker"], registry=r)
+        self.workers = Gauge("cosyvoiced_workers", "Inference worker slots configured",
+                             registry=r)
+        self.workers_up = Gauge("cosyvoiced_workers_up", "Inference workers alive",
+                                registry=r)
+        self.worker_tts_rtf = Gauge("cosyvoiced_worker_tts_rtf", "Each worker's recent TTS "
+                                    "real-time factor (synthesis time / audio time)",
+                                    ["worker"], registry=r)
+        self.stalled_parts = Gauge("cosyvoiced_health_stalled_parts", "Parts (event loop, "
+                                   "audio threads, workers) without progress within "
+                                   "service.health_stall_s: while above 0 the systemd "
+                                   "watchdog is not pinged", registry=r)
+        self._on_scrape: list[Callable[[Metrics], None]] = []
+
+    def on_scrape(self, refresh: Callable[[Metrics], None]) -> None:
+        """Call `refresh(self)` before each render (gauges read from live state)."""
+        self._on_scrape.append(refresh)
 
     def watch_workers(self, figures: Callable[[], Sequence[Mapping[str, float]]]) -> None:
-        """Export the live workers' own figures (`WorkerStats` snapshots, each with its
-        "worker" index), read at every scrape."""
+        """Export what the live workers add up to (their `WorkerStats`): queue depth and
+        the prompt cache, read at every scrape."""
         self.registry.register(WorkerFigures(figures))
 
     def render(self) -> bytes:
+        for refresh in self._on_scrape:
+            refresh(self)
         return generate_latest(self.registry)
 
 
 class WorkerFigures(Collector):
-    """Figures the workers publish in shared memory, as metrics at scrape time."""
+    """Sums of what the workers publish in shared memory, as metrics at scrape time (the
+    per-worker gauges are set by the daemon's scrape hook, `Metrics.on_scrape`)."""
 
     def __init__(self, figures: Callable[[], Sequence[Mapping[str, float]]]) -> None:
         self.figures = figures
@@ -75,15 +96,6 @@ class WorkerFigures(Collector):
 
     def collect(self) -> Iterator[Metric]:
         workers = self.figures()
-        busy = GaugeMetricFamily("cosyvoiced_worker_busy_ratio",
-                                 "Busy fraction of each inference worker", labels=["worker"])
-        rtf = GaugeMetricFamily("cosyvoiced_worker_tts_rtf", "Each worker's synthesis "
-                                "seconds per second of speech (recent steps)", labels=["worker"])
-        for w in workers:
-            busy.add_metric([str(int(w["worker"]))], w["busy"])
-            rtf.add_metric([str(int(w["worker"]))], w["rtf"])
-        yield busy
-        yield rtf
         queued = GaugeMetricFamily("cosyvoiced_queue_depth", "Jobs waiting in the workers",
                                    labels=["kind"])
         queued.add_metric(["tts"], sum(w["queued"] for w in workers))

@@ -20,6 +20,7 @@ from cosyvoiced.config.schema import Config
 from cosyvoiced.runtime.log import setup_logging
 from cosyvoiced.runtime.onnx import OnnxError
 from cosyvoiced.tts.errors import TtsError
+from cosyvoiced.tts.normalize.lexicon import load_lexicon
 from cosyvoiced.tts.request import FORMATS, SynthesisOptions
 from cosyvoiced.tts.synth import TtsEngine
 
@@ -77,7 +78,7 @@ def engine_from_config(config: Config, threads: int | None = None) -> TtsEngine:
     if not Path(state).is_dir():
         state = usable_dir(state, home / ".local" / "state" / "cosyvoiced")
     return TtsEngine(config.tts, threads=threads or config.workers.onnx_threads,
-                     cache_dir=cache, state_dir=state)
+                     cache_dir=cache, state_dir=state, lexicon=load_lexicon(config.tts.lexicon))
 
 
 def _write(chunks: Any, output: str, stdout: BinaryIO) -> int:

@@ -15,6 +15,7 @@ from piper.phoneme_ids import phonemes_to_ids
 from piper.phonemize_espeak import EspeakPhonemizer
 
 from cosyvoiced.tts.errors import TtsError
+from cosyvoiced.tts.normalize.segments import INLINE_OPEN, split_inline
 
 _LOCK = threading.Lock()
 _PHONEMIZER: EspeakPhonemizer | None = None
@@ -50,9 +51,27 @@ def to_ids(phonemes: Sequence[str], id_map: Mapping[str, Sequence[int]]) -> list
     return phonemes_to_ids(list(phonemes), id_map)
 
 
+def mixed_phonemes(text: str, espeak_voice: str,
+                   vowel_clusters: set[tuple[str, ...]] | None = None) -> list[str]:
+    """Phonemes of a text with inline IPA pieces (lexicon words, SSML `<phoneme>`): the
+    text between them through espeak-ng, the IPA as written, joined by word spaces, as
+    piper's own `[[ ]]` splicing does (piper/voice.py `phonemize`)."""
+    flat: list[str] = []
+    for piece, is_ipa in split_inline(text):
+        if not piece.strip():
+            continue
+        phonemes = (raw_phonemes(piece) if is_ipa
+                    else espeak_phonemes(piece.strip(), espeak_voice, vowel_clusters))
+        if flat and flat[-1] != " " and phonemes and phonemes[0] not in (" ", ",", "."):
+            flat.append(" ")
+        flat.extend(phonemes)
+    return flat
+
+
 def text_to_ids(text: str, config: PiperConfig) -> list[int]:
     if config.phoneme_type != PhonemeType.ESPEAK:
         raise UnsupportedPhonemeType(
             f"voice phoneme type {config.phoneme_type.value!r} is not supported (espeak only)")
-    return to_ids(espeak_phonemes(text, config.espeak_voice, config.vowel_clusters),
-                  config.phoneme_id_map)
+    phonemes = (mixed_phonemes if INLINE_OPEN in text else espeak_phonemes)(
+        text, config.espeak_voice, config.vowel_clusters)
+    return to_ids(phonemes, config.phoneme_id_map)

@@ -34,6 +34,7 @@ from cosyvoiced.config.schema import TtsConfig
 from cosyvoiced.runtime.onnx import run as onnx_run
 from cosyvoiced.tts.errors import AudioTooLong, EmptyText
 from cosyvoiced.tts.normalize import Segment, plain_segments
+from cosyvoiced.tts.normalize.lexicon import Lexicon
 from cosyvoiced.tts.normalize.ssml import parse_ssml
 from cosyvoiced.tts.phonemize import raw_phonemes, text_to_ids, to_ids
 from cosyvoiced.tts.plan import Clause, PlanLimits, plan
@@ -136,11 +137,13 @@ class TtsEngine:
     """Voices loaded on demand (and kept), synthesizing for one worker process."""
 
     def __init__(self, config: TtsConfig, *, threads: int = 1, cache_dir: str | None = None,
-                 state_dir: str | None = None) -> None:
+                 state_dir: str | None = None, lexicon: Lexicon | None = None) -> None:
         self.config = config
         self.threads = threads
         self.cache_dir = cache_dir
         self.state_dir = state_dir
+        self.lexicon = lexicon
+        """`tts.lexicon`, parsed in the main process (replaced whole on reload)."""
         self._voices: dict[tuple[str, str], Voice] = {}
         self._lock = threading.Lock()
         persist = Path(cache_dir) / "prompts" if cache_dir and config.cache_persist else None
@@ -215,8 +218,9 @@ class TtsEngine:
     def segments(self, text: str, voice: Voice, ssml: bool) -> list[Segment]:
         if ssml:
             return parse_ssml(text, voice.language,
-                              max_pause_ms=int(round(self.config.max_pause_s * 1000)))
-        return plain_segments(text, voice.language)
+                              max_pause_ms=int(round(self.config.max_pause_s * 1000)),
+                              lexicon=self.lexicon)
+        return plain_segments(text, voice.language, lexicon=self.lexicon)
 
     def limits(self, voice: Voice) -> PlanLimits:
         """How `voice`'s text is cut: whole sentences when it is split, clauses otherwise."""

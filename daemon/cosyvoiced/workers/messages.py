@@ -84,6 +84,14 @@ class SetListen:
 
 
 @dataclass(frozen=True)
+class SetLexicon:
+    """The `tts.lexicon` after a reload, for requests planned from then on."""
+
+    lexicon: Any
+    """`Lexicon`."""
+
+
+@dataclass(frozen=True)
 class Stop:
     pass
 
@@ -149,7 +157,7 @@ class StreamClosed:
 
 
 TO_WORKER = (OpenTts, Say, Cancel, OpenListen, CloseStream, Adopt, SetPolicy, SetListen,
-             Stop)
+             SetLexicon, Stop)
 FROM_WORKER = (Ready, FirstAudio, SayDone, StreamError, ListenEvent, StreamClosed)
 
 

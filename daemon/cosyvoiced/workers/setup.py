@@ -36,3 +36,5 @@ class WorkerSetup:
     warm_up: bool = True
     asr: Any = None
     """`AsrConfig` (None: listen streams give VAD events only)."""
+    lexicon: Any = None
+    """`Lexicon` of `tts.lexicon`, parsed by the main process (None: none)."""

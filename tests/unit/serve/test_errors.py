@@ -50,6 +50,7 @@ AT_DEFAULT = frozenset({
     "ring_error", "resample_error", "mel_error", "asr_error", "vad_error",
     "alsa_error", "alsa_device_not_found", "alsa_device_busy", "alsa_unsupported_format",
     "alsa_period_refused", "alsa_device_gone", "alsa_xrun", "alsa_suspended", "worker_protocol",
+    "bad_lexicon",
 })
 """Class codes deliberately answered with DEFAULT_STATUS."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 
@@ -14,6 +15,7 @@ from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
+from wyoming.event import async_read_event, async_write_event
 from wyoming.info import Describe, Info
 from wyoming.ping import Ping
 from wyoming.tts import (
@@ -26,7 +28,7 @@ from wyoming.tts import (
 )
 from wyoming.vad import VoiceStarted, VoiceStopped
 
-from cosyvoiced.config.schema import TtsConfig
+from cosyvoiced.config.schema import TtsConfig, WyomingConfig
 from cosyvoiced.serve.streams import Streams
 from cosyvoiced.serve.wyoming.server import WyomingServer
 from cosyvoiced.serve.wyoming.wire import WyomingProtocolError, parse_header
@@ -34,7 +36,8 @@ from tests.fakes.speech import FakeSpeech
 
 
 async def _server(speech: FakeSpeech | None = None) -> tuple[WyomingServer, int]:
-    server = WyomingServer(speech or FakeSpeech(), Streams(100), "tcp://127.0.0.1:0")
+    server = WyomingServer(speech or FakeSpeech(), Streams(100),
+                           WyomingConfig(listen="tcp://127.0.0.1:0"))
     await server.start()
     return server, int(server.bound.rsplit(":", 1)[1])
 
@@ -250,10 +253,10 @@ class _CountingPattern:
 def test_streamed_text_is_scanned_once(monkeypatch):
     # regression: every chunk re-joined and re-split all the text since the last sentence
     # end: O(n^2) on the event loop
-    from cosyvoiced.serve.wyoming import server as wyoming_server
+    from cosyvoiced.serve.wyoming import text as wyoming_text
 
-    counting = _CountingPattern(wyoming_server._SENTENCE_END)
-    monkeypatch.setattr(wyoming_server, "_SENTENCE_END", counting)
+    counting = _CountingPattern(wyoming_text._SENTENCE_END)
+    monkeypatch.setattr(wyoming_text, "_SENTENCE_END", counting)
 
     async def main():
         speech = FakeSpeech()
@@ -270,4 +273,149 @@ def test_streamed_text_is_scanned_once(monkeypatch):
         assert counting.scanned <= total + 2 * len(parts), (counting.scanned, total)
         texts = [t for t, _ in speech.requests]
         assert texts == [("ab " * 1500) + "end.", "Next one too!", "tail"]
+    asyncio.run(main())
+
+
+async def _server_with(config: WyomingConfig,
+                       speech: FakeSpeech | None = None) -> tuple[WyomingServer, int]:
+    server = WyomingServer(speech or FakeSpeech(), Streams(100), config)
+    await server.start()
+    return server, int(server.bound.rsplit(":", 1)[1])
+
+
+def test_server_side_defaults_for_what_wyoming_cannot_send():
+    async def main():
+        speech = FakeSpeech()
+        config = WyomingConfig(listen="tcp://127.0.0.1:0", voice="en_US-joe-medium",
+                               speaker="3", speed=2.0)
+        server, port = await _server_with(config, speech)
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Synthesize(text="no voice named").event())
+            await _collect(client, "audio-stop")
+            voice = SynthesizeVoice(name="en_US-joe-medium", speaker="b")
+            await client.write_event(Synthesize(text="named", voice=voice).event())
+            await _collect(client, "audio-stop")
+            await client.write_event(Synthesize(text="only a voice",
+                                                voice=SynthesizeVoice(name="en_US-joe-medium")).event())
+            await _collect(client, "audio-stop")
+        await server.stop()
+        (_, default), (_, named), (_, only_voice) = speech.requests
+        assert (default.voice, default.speaker, default.length_scale) == (
+            "en_US-joe-medium", 3, 0.5)
+        assert (named.voice, named.speaker, named.length_scale) == ("en_US-joe-medium", "b", 0.5)
+        assert (only_voice.voice, only_voice.speaker) == ("en_US-joe-medium", None)  # not the default's
+    asyncio.run(main())
+
+
+def test_default_speed_leaves_the_voices_own_length_scale():
+    async def main():
+        speech = FakeSpeech()
+        server, port = await _server(speech)
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Synthesize(text="plain").event())
+            await _collect(client, "audio-stop")
+        await server.stop()
+        assert speech.requests[0][1].length_scale is None
+        assert speech.requests[0][1].voice is None
+    asyncio.run(main())
+
+
+def test_info_carries_versions_and_streaming_support():
+    from cosyvoiced import __version__
+
+    async def main():
+        server, port = await _server()
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Describe().event())
+            info = Info.from_event((await _collect(client, "info"))[-1])
+        await server.stop()
+        assert info.tts[0].version == __version__ and info.asr[0].version == __version__
+        assert info.tts[0].supports_synthesize_streaming is True
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("trickle", [False, True])
+def test_a_silent_or_trickling_client_is_closed_after_the_idle_timeout(trickle):
+    async def main():
+        config = WyomingConfig(listen="tcp://127.0.0.1:0", idle_timeout_s=1.0)
+        server, port = await _server_with(config)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        t0 = asyncio.get_running_loop().time()
+        if trickle:  # one byte of a header every 0.2 s: never a whole event
+            async def drip():
+                for ch in b'{"type": "describe", "data": {}}':
+                    writer.write(bytes([ch]))
+                    await writer.drain()
+                    await asyncio.sleep(0.2)
+            dripping = asyncio.create_task(drip())
+        event = await asyncio.wait_for(async_read_event(reader), 10)
+        assert event is not None and Error.from_event(event).code == "idle_timeout"
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed
+        took = asyncio.get_running_loop().time() - t0
+        assert 0.9 <= took < 5, took
+        if trickle:
+            dripping.cancel()
+        writer.close()
+        await writer.wait_closed()
+        # a client that keeps sending whole events is not idle
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            for _ in range(4):
+                await asyncio.sleep(0.4)
+                await client.write_event(Ping().event())
+                assert (await _collect(client, "pong"))[-1].type == "pong"
+        assert len(server._clients) <= 1
+        await server.stop()
+    asyncio.run(main())
+
+
+def test_connections_over_the_cap_are_refused_with_a_typed_error():
+    async def main():
+        config = WyomingConfig(listen="tcp://127.0.0.1:0", max_connections=2)
+        server, port = await _server_with(config)
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(2)]
+        await asyncio.sleep(0.1)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        event = await asyncio.wait_for(async_read_event(reader), 5)
+        assert event is not None and Error.from_event(event).code == "overloaded"
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+        await writer.wait_closed()
+        for _, w in held:  # a slot freed is taken again
+            w.close()
+            await w.wait_closed()
+        await asyncio.sleep(0.2)
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(Ping().event())
+            assert (await _collect(client, "pong"))[-1].type == "pong"
+        await server.stop()
+    asyncio.run(main())
+
+
+def test_no_zeroconf_on_loopback():
+    async def main():
+        server, _ = await _server_with(WyomingConfig(listen="tcp://127.0.0.1:0",
+                                                     zeroconf=True))
+        assert server.advertisement is None
+        await server.stop()
+    asyncio.run(main())
+
+
+def test_a_client_that_stops_reading_is_dropped_and_frees_its_stream():
+    async def main():
+        config = WyomingConfig(listen="tcp://127.0.0.1:0", idle_timeout_s=1.0)
+        streams = Streams(100)
+        server = WyomingServer(FakeSpeech(), streams, config)
+        await server.start()
+        port = int(server.bound.rsplit(":", 1)[1])
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        # ~11 MB of audio, far more than the socket buffers hold: never read
+        await async_write_event(Synthesize(text="a " * 2500).event(), writer)
+        deadline = asyncio.get_running_loop().time() + 20
+        while server._clients and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.1)
+        assert not server._clients and len(streams) == 0
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+        await server.stop()
     asyncio.run(main())

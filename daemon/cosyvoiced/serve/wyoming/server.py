@@ -6,13 +6,18 @@ malformed event ends only that connection, after an `error` event with a code.
 Streamed text (`synthesize-chunk`) is spoken a sentence at a time as sentence ends
 arrive; what waits for one is capped at `tts.max_chars` (`text_too_long`, that stream is
 dropped), and each chunk is scanned once, not all the text since the last sentence end.
+
+Bounded per listener: at most `max_connections` clients, and a client that sends no
+whole event within `idle_timeout_s` (silent or trickling), or reads nothing that long
+while audio waits for it, is closed with a log line.
+What the protocol cannot ask for (speed; voice and speaker when a client names none)
+comes from `[wyoming]`. A TCP listener beyond loopback is advertised over zeroconf.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 from typing import Any
 
 import numpy as np
@@ -45,7 +50,7 @@ from cosyvoiced import __version__
 from cosyvoiced.audio.codec import s16_to_f32
 from cosyvoiced.audio.resample import StreamResampler
 from cosyvoiced.config.addr import WYOMING_FORMS, ListenAddress, parse_allow_from, peer_allowed
-from cosyvoiced.config.schema import TtsConfig
+from cosyvoiced.config.schema import TtsConfig, WyomingConfig
 from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.events import Transcript as TranscriptEvent
 from cosyvoiced.listen.events import VoiceStarted as VoiceStartedEvent
@@ -53,8 +58,10 @@ from cosyvoiced.listen.events import VoiceStopped as VoiceStoppedEvent
 from cosyvoiced.serve.peers import refuse_peer
 from cosyvoiced.serve.speech import Listening, Speech, Unavailable
 from cosyvoiced.serve.streams import Refused, Streams
+from cosyvoiced.serve.wyoming.discovery import Advertisement
+from cosyvoiced.serve.wyoming.text import StreamedText
 from cosyvoiced.serve.wyoming.wire import MAX_LINE_BYTES, WyomingProtocolError, read_event
-from cosyvoiced.tts.errors import TextTooLong, TtsError
+from cosyvoiced.tts.errors import TtsError
 from cosyvoiced.tts.request import SynthesisOptions
 
 log = structlog.get_logger(__name__)
@@ -62,52 +69,7 @@ log = structlog.get_logger(__name__)
 ATTRIBUTION = Attribution(name="cosyvoiced", url="file:/usr/share/doc/cosyvoiced/README.md")
 SAMPLES_PER_EVENT = 2048
 LISTEN_RATES_HZ = (8000, 16000)
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 DEFAULT_MAX_CHARS = TtsConfig().max_chars
-
-
-class StreamedText:
-    """The text of one `synthesize-start ... synthesize-stop`: what came since the last
-    sentence end, kept in pieces (never re-joined per chunk) and capped at `max_chars`."""
-
-    def __init__(self, max_chars: int) -> None:
-        self.max_chars = max_chars
-        self._parts: list[str] = []
-        self._chars = 0
-        self._last = ""
-        """The last character kept, for the sentence end's look-behind across chunks."""
-        self.refused = False
-        """Went over `max_chars`: the rest of the stream is dropped."""
-
-    def add(self, text: str) -> list[str]:
-        """Take one chunk; returns the sentences it completes. Raises TextTooLong (and
-        drops the stream) when the text waiting for a sentence end gets over the cap."""
-        if self.refused:
-            return []
-        window = self._last + text  # only the new text (and one character) is scanned
-        *done, rest = _SENTENCE_END.split(window)
-        if not done:
-            self._keep(text)
-            return []
-        first = "".join(self._parts) + done[0][len(self._last):]
-        self._parts, self._chars, self._last = [], 0, ""
-        self._keep(rest)
-        return [first, *done[1:]]
-
-    def _keep(self, text: str) -> None:
-        if self._chars + len(text) > self.max_chars:
-            self.refused = True
-            length = self._chars + len(text)
-            self._parts, self._chars = [], 0
-            raise TextTooLong(length, self.max_chars)
-        if text:
-            self._parts.append(text)
-            self._chars += len(text)
-            self._last = text[-1]
-
-    def rest(self) -> str:
-        """What is left at synthesize-stop."""
-        return "" if self.refused else "".join(self._parts)
 
 
 class ClientError(CosyvoicedError):
@@ -123,13 +85,16 @@ class Connection:
 
     def __init__(self, speech: Speech, streams: Streams, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter, name: str, *,
-                 max_chars: int = DEFAULT_MAX_CHARS) -> None:
+                 max_chars: int = DEFAULT_MAX_CHARS,
+                 config: WyomingConfig | None = None) -> None:
         self.speech = speech
         self.streams = streams
         self.reader = reader
         self.writer = writer
         self.name = name
         self.max_chars = max_chars
+        self.config = config or WyomingConfig()
+        """`[wyoming]` as it was when the client connected (defaults, idle timeout)."""
         self._stream_text: StreamedText | None = None
         self._stream_options = SynthesisOptions(format="s16le")
         self._listening: Listening | None = None
@@ -137,11 +102,33 @@ class Connection:
         self._forward: asyncio.Task[None] | None = None
 
     async def write(self, event: Event) -> None:
-        await async_write_event(event, self.writer)
+        """Send one event; a client that reads nothing for `idle_timeout_s` while we
+        have audio for it is dropped like one that sends nothing."""
+        try:
+            await asyncio.wait_for(async_write_event(event, self.writer),
+                                   self.config.idle_timeout_s)
+        except TimeoutError:
+            log.info("wyoming_write_timeout", client=self.name,
+                     timeout_s=self.config.idle_timeout_s)
+            self.writer.transport.abort()
+            raise ConnectionResetError("client stopped reading") from None
+
+    async def _next_event(self) -> Event | None:
+        """The next whole event within `idle_timeout_s`, else the connection ends."""
+        try:
+            return await asyncio.wait_for(read_event(self.reader), self.config.idle_timeout_s)
+        except TimeoutError:
+            log.info("wyoming_idle_timeout", client=self.name,
+                     timeout_s=self.config.idle_timeout_s)
+            with contextlib.suppress(ConnectionError):
+                await self.write(Error(text=f"no whole event within "
+                                            f"{self.config.idle_timeout_s:g} s",
+                                       code="idle_timeout").event())
+            return None
 
     async def run(self) -> None:
         try:
-            while (event := await read_event(self.reader)) is not None:
+            while (event := await self._next_event()) is not None:
                 try:
                     await self.handle(event)
                 except (ClientError, TtsError, Refused) as exc:
@@ -167,11 +154,11 @@ class Connection:
         elif Synthesize.is_type(event.type):
             if self._stream_text is None:  # ignored while streaming (sent for old servers)
                 msg = _parse(Synthesize, event)
-                await self.speak(msg.text, _options(msg.voice))
+                await self.speak(msg.text, self._options(msg.voice))
         elif SynthesizeStart.is_type(event.type):
             msg = _parse(SynthesizeStart, event)
             self._stream_text = StreamedText(self.max_chars)
-            self._stream_options = _options(msg.voice)
+            self._stream_options = self._options(msg.voice)
         elif SynthesizeChunk.is_type(event.type):
             await self.stream_chunk(_parse(SynthesizeChunk, event).text)
         elif SynthesizeStop.is_type(event.type):
@@ -186,6 +173,17 @@ class Connection:
             await self.audio_stop()
         else:
             log.debug("wyoming_event_ignored", client=self.name, type=event.type)
+
+    def _options(self, voice: Any) -> SynthesisOptions:
+        """The client's voice and speaker, else `[wyoming]`'s; `[wyoming] speed` always."""
+        name = getattr(voice, "name", None) or self.config.voice or None
+        speaker: int | str | None = getattr(voice, "speaker", None)
+        if not speaker and not getattr(voice, "name", None) and self.config.speaker:
+            speaker = self.config.speaker
+            speaker = int(speaker) if speaker.isdecimal() else speaker
+        speed = self.config.speed
+        return SynthesisOptions(voice=name, speaker=speaker or None, format="s16le",
+                                length_scale=None if speed == 1.0 else 1.0 / speed)
 
     def info(self) -> Info:
         voices = [TtsVoice(name=v.name, description=f"Piper {v.name}", attribution=ATTRIBUTION,
@@ -311,25 +309,22 @@ def _parse(cls: Any, event: Event) -> Any:
         raise ClientError("bad_event", f"malformed {event.type}: {exc!r}") from None
 
 
-def _options(voice: Any) -> SynthesisOptions:
-    name = getattr(voice, "name", None)
-    speaker = getattr(voice, "speaker", None)
-    return SynthesisOptions(voice=name or None, speaker=speaker or None, format="s16le")
-
-
 class WyomingServer:
-    def __init__(self, speech: Speech, streams: Streams, listen: str, *,
-                 max_chars: int = DEFAULT_MAX_CHARS, allow_from: tuple[str, ...] = ()) -> None:
+    def __init__(self, speech: Speech, streams: Streams, config: WyomingConfig, *,
+                 max_chars: int = DEFAULT_MAX_CHARS) -> None:
         self.speech = speech
         self.streams = streams
-        self.listen = listen
-        self.allow = parse_allow_from(allow_from)
+        self.config = config
+        """`[wyoming]`; the live keys are replaced on reload (read per connection)."""
+        self.listen = config.listen
+        self.allow = parse_allow_from(config.allow_from)
         """Who may connect over TCP (empty: loopback only; checked with the config)."""
         self.max_chars = max_chars
         """`tts.max_chars`: most streamed text waiting for a sentence end."""
         self._server: asyncio.base_events.Server | None = None
         self._clients: set[asyncio.Task[None]] = set()
         self.bound = ""
+        self.advertisement: Advertisement | None = None
 
     async def start(self) -> None:
         addr = ListenAddress.parse(self.listen, WYOMING_FORMS)
@@ -342,6 +337,14 @@ class WyomingServer:
                                                       limit=MAX_LINE_BYTES)
             real = self._server.sockets[0].getsockname()[1]
             self.bound = f"tcp://{addr.bracketed_host}:{real}"
+            if self.config.zeroconf and not addr.loopback:
+                self.advertisement = Advertisement(addr.host, real, self.config.zeroconf_name)
+                try:
+                    await self.advertisement.start()
+                except (OSError, ValueError) as exc:  # no multicast here: serve anyway
+                    log.warning("zeroconf_failed", error=str(exc))
+                    await self.advertisement.close()
+                    self.advertisement = None
         log.info("wyoming_listening", listen=self.bound)
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -350,18 +353,31 @@ class WyomingServer:
             refuse_peer(writer, "wyoming", peername)
             return
         peer = peername or "unix"
+        config = self.config
+        if len(self._clients) >= config.max_connections:
+            log.warning("wyoming_refused", client=str(peer), reason="max_connections",
+                        max_connections=config.max_connections)
+            with contextlib.suppress(ConnectionError):
+                await async_write_event(Error(text=f"at the max_connections cap "
+                                                   f"({config.max_connections})",
+                                              code="overloaded").event(), writer)
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._clients.add(task)
         try:
             await Connection(self.speech, self.streams, reader, writer, str(peer),
-                             max_chars=self.max_chars).run()
+                             max_chars=self.max_chars, config=config).run()
         except asyncio.CancelledError:
             pass  # server stopping: end quietly (asyncio logs a cancelled client task)
         finally:
             self._clients.discard(task)
 
     async def stop(self) -> None:
+        if self.advertisement is not None:
+            await self.advertisement.close()
+            self.advertisement = None
         if self._server:
             self._server.close()
             for task in list(self._clients):

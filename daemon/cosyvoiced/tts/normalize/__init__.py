@@ -8,12 +8,25 @@ Languages plug in through `register(language, normalizer)`; a voice's language f
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
 from cosyvoiced.tts.errors import TtsError, UnreadableText
 from cosyvoiced.tts.normalize.en_text import normalize_en
-from cosyvoiced.tts.normalize.segments import Pause, Phonemes, Segment, Speech, split_phoneme_blocks
+from cosyvoiced.tts.normalize.segments import (
+    Pause,
+    Phonemes,
+    Segment,
+    Speech,
+    inline_phonemes,
+    split_inline,
+    split_phoneme_blocks,
+    strip_markers,
+)
+
+if TYPE_CHECKING:
+    from cosyvoiced.tts.normalize.lexicon import Lexicon
 
 Normalizer = Callable[[str], str]
 
@@ -54,12 +67,18 @@ def normalize_text(text: str, language: str = "en") -> str:
                              f"({type(exc).__name__})") from exc
 
 
-def plain_segments(text: str, language: str = "en", rate: float = 1.0) -> list[Segment]:
-    """Plain text (with optional `[[ phonemes ]]` blocks) to normalized segments."""
+def plain_segments(text: str, language: str = "en", rate: float = 1.0,
+                   lexicon: Lexicon | None = None) -> list[Segment]:
+    """Plain text (with optional `[[ phonemes ]]` blocks) to normalized segments; the
+    lexicon's words respelled or kept as inline IPA inside their Speech segment."""
     out: list[Segment] = []
-    for part in split_phoneme_blocks(text, rate):
+    for part in split_phoneme_blocks(strip_markers(text), rate):
         if isinstance(part, Speech):
-            words = normalize_text(part.text, language)
+            mixed = lexicon.apply(part.text) if lexicon is not None else part.text
+            pieces = [inline_phonemes(piece) if is_ipa else normalize_text(piece, language)
+                      for piece, is_ipa in split_inline(mixed)]
+            words = "".join(p if not n or p[0] in ".,;:!?" else " " + p
+                            for n, p in enumerate(x for x in pieces if x))
             if words:
                 out.append(Speech(words, rate))
         else:

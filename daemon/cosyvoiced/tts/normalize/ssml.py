@@ -1,4 +1,5 @@
-"""The SSML subset: `<speak>`, `<break>`, `<say-as>`, `<prosody rate>`, `<p>`, `<s>`, `<sub>`.
+"""The SSML subset: `<speak>`, `<break>`, `<say-as>`, `<prosody rate>`, `<p>`, `<s>`, `<sub>`,
+`<phoneme alphabet="ipa">`.
 
 Parsed with expat, with document type declarations refused outright (so no entity
 expansion and no external entities can ever be read). Every error, syntax or meaning,
@@ -8,6 +9,9 @@ is a BadSsml naming the line and column; nothing else escapes but other `TtsErro
 What a document can ask for is bounded: nested `<prosody rate>`s multiply, but the rate
 is clamped to `SPEED_RANGE` at each level (the API's own `speed` range), and the
 `<break>`s of one document may add up to `max_pause_ms` at most (`tts.max_pause_s`).
+A `<phoneme ph>` is checked (IPA symbols only, at most `MAX_PHONEME_CHARS`) and spoken
+inside its sentence; the lexicon (`tts.lexicon`) applies to the document's text, not to
+`ph`, `say-as` or `sub` aliases' results.
 """
 
 from __future__ import annotations
@@ -32,12 +36,20 @@ from cosyvoiced.tts.normalize.en_numbers import (
     ordinal_number,
 )
 from cosyvoiced.tts.normalize.en_text import characters, phone_number
-from cosyvoiced.tts.normalize.segments import Pause, Segment, Speech
+from cosyvoiced.tts.normalize.lexicon import Lexicon, check_ipa
+from cosyvoiced.tts.normalize.segments import (
+    Pause,
+    Segment,
+    Speech,
+    inline_phonemes,
+    merge_speech,
+    strip_markers,
+)
 from cosyvoiced.tts.request import SPEED_RANGE
 
 log = structlog.get_logger(__name__)
 
-TAGS = ("speak", "break", "say-as", "prosody", "p", "s", "sub")
+TAGS = ("speak", "break", "say-as", "prosody", "p", "s", "sub", "phoneme")
 INTERPRET_AS = ("digits", "telephone", "date", "currency", "characters", "spell-out",
                 "cardinal", "number", "ordinal")
 RATE_WORDS = {"x-slow": 0.6, "slow": 0.8, "medium": 1.0, "default": 1.0, "fast": 1.25,
@@ -61,6 +73,8 @@ class _Frame:
     say_as: str | None = None
     fmt: str = ""
     alias: str | None = None
+    """`<sub alias>`, or the checked IPA of `<phoneme ph>` (`phoneme`)."""
+    phoneme: bool = False
     text: str = ""
 
 
@@ -147,8 +161,9 @@ def say_as(kind: str, text: str, fmt: str) -> str:
 
 
 class _Parser:
-    def __init__(self, language: str, max_pause_ms: int) -> None:
+    def __init__(self, language: str, max_pause_ms: int, lexicon: Lexicon | None) -> None:
         self.language = language
+        self.lexicon = lexicon
         self.max_pause_ms = max_pause_ms
         self.pause_ms = 0
         """The document's `<break>`s so far."""
@@ -174,7 +189,7 @@ class _Parser:
     def _flush(self) -> None:
         top = self.stack[-1]
         if top.text and top.say_as is None and top.alias is None:
-            self.out.extend(plain_segments(top.text, self.language, top.rate))
+            self.out.extend(plain_segments(top.text, self.language, top.rate, self.lexicon))
             top.text = ""
 
     def _start(self, tag: str, attrs: dict[str, str]) -> None:
@@ -205,6 +220,14 @@ class _Parser:
                 if "alias" not in attrs:
                     raise ValueError("<sub> needs an alias attribute")
                 frame.alias = attrs["alias"]
+            elif tag == "phoneme":
+                alphabet = attrs.get("alphabet", "ipa")
+                if alphabet != "ipa":
+                    raise ValueError(f"<phoneme alphabet={alphabet!r}>: only \"ipa\" is "
+                                     f"supported")
+                if "ph" not in attrs:
+                    raise ValueError("<phoneme> needs a ph attribute")
+                frame.alias, frame.phoneme = check_ipa(attrs["ph"]), True
         except ValueError as exc:
             raise self.fail(str(exc)) from None
         self.stack.append(frame)
@@ -227,6 +250,8 @@ class _Parser:
                 raise self.fail(f"<say-as interpret-as=\"{frame.say_as}\">: {exc}") from None
             if words:
                 self.out.append(Speech(words, frame.rate))
+        elif frame.phoneme:
+            self.out.append(Speech(inline_phonemes(frame.alias or ""), frame.rate))
         elif frame.alias is not None:
             self.out.extend(plain_segments(frame.alias, self.language, frame.rate))
         elif tag in ("p", "s") and self.out and isinstance(self.out[-1], Speech):
@@ -239,7 +264,7 @@ class _Parser:
             return
         if self.stack[-1].tag == "break" and data.strip():
             raise self.fail("<break> must be empty")
-        self.stack[-1].text += data
+        self.stack[-1].text += strip_markers(data)
 
     def parse(self, text: str) -> list[Segment]:
         try:
@@ -255,16 +280,18 @@ class _Parser:
             log.warning("ssml_failed", error=type(exc).__name__, text_chars=len(text))
             log.debug("ssml_failed_detail", error=repr(exc)[:200])
             raise self.fail(f"cannot read this document ({type(exc).__name__})") from exc
-        return self.out
+        return merge_speech(self.out)
 
 
 def parse_ssml(text: str, language: str = "en", *,
-               max_pause_ms: int = DEFAULT_MAX_PAUSE_MS) -> list[Segment]:
-    """An SSML document to segments (normalized speech, phonemes, pauses).
+               max_pause_ms: int = DEFAULT_MAX_PAUSE_MS,
+               lexicon: Lexicon | None = None) -> list[Segment]:
+    """An SSML document to segments (normalized speech, phonemes, pauses); adjacent
+    speech at one rate is one segment, so markup inside a sentence does not cut it.
 
     Raises only `TtsError`s: `BadSsml` (where and why), `PausesTooLong` when its
     `<break>`s add up to more than `max_pause_ms`, `UnreadableText`."""
-    return _Parser(language, max_pause_ms).parse(text)
+    return _Parser(language, max_pause_ms, lexicon).parse(text)
 
 
 __all__ = ["DEFAULT_MAX_PAUSE_MS", "clamp_rate", "parse_ssml", "parse_rate", "parse_break",

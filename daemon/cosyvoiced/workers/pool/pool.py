@@ -82,7 +82,8 @@ class WorkerPool:
 
     @classmethod
     def from_config(cls, config: Any, *, health: Health | None = None,
-                    publish: Callable[[Any], None] | None = None) -> WorkerPool:
+                    publish: Callable[[Any], None] | None = None,
+                    lexicon: Any = None) -> WorkerPool:
         """The pool for a whole daemon `Config` (workers, tts, vad, service, log)."""
         w, svc = config.workers, config.service
         setup = WorkerSetup(
@@ -91,7 +92,7 @@ class WorkerPool:
             first_audio_s=w.first_audio_s, work_conserving=w.work_conserving,
             clause_max_chars=w.clause_max_chars, vad_capacity=w.vad_slots, vad_tick_ms=w.vad_tick_ms, log_level=config.log.level,
             log_sink=config.log.sink, journal_socket=config.log.journal_socket,
-            asr=config.asr)
+            asr=config.asr, lexicon=lexicon)
         return cls(w, setup, health=health, publish=publish)
 
     def reconfigure(self, workers: Any) -> None:
@@ -112,6 +113,13 @@ class WorkerPool:
             return
         self.setup = replace(self.setup, vad=vad, asr=asr)
         msg = m.SetListen(vad, asr)
+        for p in self.supervisor.procs():
+            p.send(msg)
+
+    def set_lexicon(self, lexicon: Any) -> None:
+        """A new `tts.lexicon` for every worker (and those spawned later)."""
+        self.setup = replace(self.setup, lexicon=lexicon)
+        msg = m.SetLexicon(lexicon)
         for p in self.supervisor.procs():
             p.send(msg)
 
@@ -173,8 +181,8 @@ class WorkerPool:
         return out
 
     def worker_figures(self) -> list[dict[str, float]]:
-        """Each live worker's published figures (`WorkerStats`), with its index."""
-        return [{**s.proc.stats.snapshot(), "worker": float(s.index)} for s in self.slots
+        """Each live worker's published figures (`WorkerStats`)."""
+        return [s.proc.stats.snapshot() for s in self.slots
                 if s.proc is not None and s.proc.ready]
 
     def _open(self, handle_cls: type[StreamHandle], kind: str, ring: Ring, rate_hz: int,

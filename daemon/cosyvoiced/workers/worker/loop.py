@@ -58,7 +58,8 @@ class Worker:
         tts = replace(setup.tts, max_clause_chars=min(setup.tts.max_clause_chars,
                                                       setup.clause_max_chars))
         self.engine = TtsEngine(tts, threads=setup.onnx_threads,
-                                cache_dir=setup.cache_dir, state_dir=setup.state_dir)
+                                cache_dir=setup.cache_dir, state_dir=setup.state_dir,
+                                lexicon=setup.lexicon)
         self.tts = TtsScheduler(self._make_gen, self._send, policy=setup.policy,
                                 lookahead_s=setup.lookahead_s, first_audio_s=setup.first_audio_s,
                                 work_conserving=setup.work_conserving,
@@ -229,6 +230,8 @@ class Worker:
             self.tts.set_policy(msg.policy, msg.lookahead_s, msg.first_audio_s)
         elif isinstance(msg, m.SetListen):
             self.listen.reconfigure(msg.vad, msg.asr)
+        elif isinstance(msg, m.SetLexicon):
+            self.engine.lexicon = msg.lexicon  # requests planned from now on
         elif isinstance(msg, m.Stop):
             self._stop = True
 
