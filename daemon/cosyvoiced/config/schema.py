@@ -216,8 +216,9 @@ class AudioDeviceConfig:
     """Device sample format; auto: the ring's (FLOAT_LE for float32 rings), else converted."""
     ring_ms: int = opt(1000, min=20, max=60_000)
     """Capacity of the device's ring (rounded up to a power of two frames)."""
-    rt_priority: int = opt(20, min=0, max=99)
-    """SCHED_FIFO priority asked for the device's thread only; 0: do not ask."""
+    rt_priority: int = opt(20, min=0, max=90)
+    """SCHED_FIFO priority asked for the device's thread only; 0: do not ask; at most 90,
+    the unit's LimitRTPRIO (kernel threads such as the watchdog stay above)."""
     reopen_backoff_max_s: float = opt(5.0, min=0.05, max=300.0)
     """Longest wait between attempts to reopen a device that vanished mid-stream."""
 
@@ -280,8 +281,9 @@ class AudioSocketConfig:
     max_send_buffer_bytes: int = opt(64_000, min=4096, max=10_000_000)
     """A peer that does not read what we send (unsent bytes above about this: the
     kernel's send buffer for the call) is ended."""
-    rt_priority: int = opt(20, min=0, max=99)
-    """SCHED_FIFO priority asked for the 20 ms call clock thread only; 0: do not ask."""
+    rt_priority: int = opt(20, min=0, max=90)
+    """SCHED_FIFO priority asked for the 20 ms call clock thread only; 0: do not ask; at
+    most 90, the unit's LimitRTPRIO."""
 
 
 @dataclass(frozen=True, kw_only=True)
