@@ -53,7 +53,8 @@ class Daemon:
         self.overrides = list(overrides)
         self.notifier = Notifier()
         self.health = Health(config.service.health_stall_s)
-        self.streams = Streams(config.workers.max_streams)
+        self.streams = Streams(config.workers.max_streams,
+                               config.workers.streams_reserved_for_calls)
         self.metrics = Metrics()
         self.bus = EventBus()
         self.speech: Speech | None = None
@@ -297,6 +298,7 @@ class Daemon:
         set_level(new.log.level)
         self.health.stall_s = new.service.health_stall_s
         self.streams.max_streams = new.workers.max_streams
+        self.streams.reserved_for_calls = new.workers.streams_reserved_for_calls
         # Only live keys take effect; the rest keep their running values until restart.
         self.config = _merge_live(self.config, new)
         if self.pool:

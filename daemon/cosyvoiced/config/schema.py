@@ -57,6 +57,10 @@ class WorkersConfig:
     """ONNX Runtime intra-op threads per worker (total never above the CPUs given)."""
     max_streams: int = opt(64, min=1, max=100000, live=True)
     """Hard cap on concurrent streams, whatever the measured load says."""
+    streams_reserved_for_calls: int = opt(4, min=0, max=100000, live=True)
+    """Of `max_streams`, the last this many are kept for AudioSocket calls: HTTP, Wyoming
+    and device streams are refused (overloaded) once only these are left, so a flood of
+    those cannot refuse a call."""
     lookahead_s: float = opt(3.0, min=0.1, max=60.0, live=True)
     """Audio a TTS stream may have ahead of its listener before its next clause waits
     (it may end up one clause beyond). Streams nearer to running dry go first anyway;
@@ -252,6 +256,10 @@ class ApiConfig:
     """A client must send its request line and headers, and a JSON body, within this
     (a connection that sends nothing, or trickles, is closed): one slow client holds no
     connection for long. Uploads to /v1/transcribe have to keep moving at this pace."""
+    max_connections: int = opt(256, min=1, max=100000)
+    """Open connections each HTTP listener (the control socket and each of `listen`)
+    holds at once; past it a new connection gets 503 overloaded and is closed unread. Each
+    listener counts its own, so a flood on one leaves the others (and calls) alone."""
 
 
 @dataclass(frozen=True, kw_only=True)
