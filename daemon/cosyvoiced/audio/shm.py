@@ -1,8 +1,10 @@
 """Names of the rings' shared-memory segments, and the sweep of those a dead daemon left.
 
-A segment is named `cvr_<instance>_<pid>_<random>`: `instance` tells one daemon on this
-box from another (a hash of its control socket path: stable across restarts, distinct
-between instances), `pid` is the process that created it. The creator unlinks it when
+A segment is named `cvr_<instance>_<pid>.<start>_<random>`: `instance` tells one daemon
+on this box from another (a hash of its control socket path: stable across restarts,
+distinct between instances), `pid` and `start` (its start time in clock ticks since boot,
+/proc/PID/stat field 22) the process that created it: a pid reused by another process,
+or a daemon that is PID 1 of its container again, is not mistaken for the creator. The creator unlinks it when
 its stream ends, and multiprocessing's resource tracker does if the creator dies alone;
 a kill of the whole cgroup (systemd's SIGKILL after a stop timeout, the OOM killer) takes
 the tracker too and leaves the segments in /dev/shm. At start the daemon removes the
@@ -38,27 +40,43 @@ def instance_prefix(tag: str | None = None) -> str:
     return f"{BASE}_{_instance if tag is None else tag}_"
 
 
+def _start_ticks(pid: int | str) -> int | None:
+    """Process `pid`'s start time (clock ticks since boot); None if it is not running."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # the command name (field 2) may hold spaces and parentheses: count after the last ")"
+    return int(stat[stat.rindex(b")") + 2:].split()[19])
+
+
+_own: str | None = None
+
+
 def new_segment_name() -> str:
     """A fresh segment name owned by this process."""
-    return f"{instance_prefix()}{os.getpid()}_{secrets.token_hex(6)}"
+    global _own
+    pid = os.getpid()
+    if _own is None or not _own.startswith(f"{pid}."):  # once per process (a fork: again)
+        _own = f"{pid}.{_start_ticks('self') or 0}"
+    return f"{instance_prefix()}{_own}_{secrets.token_hex(6)}"
 
 
-def owner_pid(name: str) -> int | None:
-    """The creating pid in a segment name, None for a name not made by `new_segment_name`."""
+def owner(name: str) -> tuple[int, int] | None:
+    """(pid, start ticks) of a segment's creator; None for a name `new_segment_name` did
+    not make."""
     parts = name.split("_")
-    if len(parts) != 4 or parts[0] != BASE or not parts[2].isdigit():
+    if len(parts) != 4 or parts[0] != BASE:
         return None
-    return int(parts[2])
+    pid, _, start = parts[2].partition(".")
+    if not (pid.isdigit() and start.isdigit()):
+        return None
+    return int(pid), int(start)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive
-    return True
+def _alive(pid: int, start: int) -> bool:
+    return _start_ticks(pid) == start
 
 
 def sweep_dead(tag: str | None = None, shm_dir: str = SHM_DIR) -> list[str]:
@@ -70,8 +88,8 @@ def sweep_dead(tag: str | None = None, shm_dir: str = SHM_DIR) -> list[str]:
     except FileNotFoundError:
         return []
     for name in names:
-        pid = owner_pid(name) if name.startswith(prefix) else None
-        if pid is None or pid == os.getpid() or _alive(pid):
+        creator = owner(name) if name.startswith(prefix) else None
+        if creator is None or _alive(*creator):
             continue
         try:
             os.unlink(os.path.join(shm_dir, name))

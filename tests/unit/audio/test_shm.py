@@ -29,7 +29,8 @@ def test_a_ring_is_named_after_its_instance_and_creator(instance):
     ring = Ring.create(64)
     try:
         assert ring.name.startswith(shm.instance_prefix(instance))
-        assert shm.owner_pid(ring.name) == os.getpid()
+        pid, start = shm.owner(ring.name)
+        assert pid == os.getpid() and start > 0
     finally:
         ring.close()
         ring.unlink()
@@ -47,7 +48,7 @@ def test_sweep_removes_segments_of_dead_creators_of_this_instance_only(instance,
     assert len(dead) == 2 and all(os.path.exists(f"/dev/shm/{n}") for n in dead)
     mine = Ring.create(64)  # a live creator (this process): kept
     other = shm.instance_tag("another daemon")
-    foreign = f"{shm.instance_prefix(other)}999999_abc"  # another instance's: not ours
+    foreign = f"{shm.instance_prefix(other)}999999.1_abc"  # another instance's: not ours
     Path(f"/dev/shm/{foreign}").touch()
     try:
         swept = shm.sweep_dead()
@@ -61,9 +62,24 @@ def test_sweep_removes_segments_of_dead_creators_of_this_instance_only(instance,
         mine.unlink()
 
 
-def test_owner_pid_reads_only_names_it_made():
-    assert shm.owner_pid("cvr_0123abcd_42_00ff00ff00ff") == 42
-    for name in ("cvr_abc", "psm_123", "cvr_x_y_z", "cvr_a_1_2_3"):
-        assert shm.owner_pid(name) is None, name
+def test_owner_reads_only_names_it_made():
+    assert shm.owner("cvr_0123abcd_42.977_00ff00ff00ff") == (42, 977)
+    for name in ("cvr_abc", "psm_123", "cvr_x_y_z", "cvr_a_1_2_3", "cvr_a_12_ff"):
+        assert shm.owner(name) is None, name
     with pytest.raises(ValueError):
         shm.set_instance("../x")
+
+
+def test_a_reused_pid_is_not_taken_for_the_creator(instance):
+    """A segment whose creator's pid now belongs to another process (here: this one, with
+    another start time) is swept; this process's own are kept."""
+    mine = Ring.create(64)
+    pid, start = shm.owner(mine.name)
+    stale = f"{shm.instance_prefix(instance)}{pid}.{start - 1}_0123456789ab"
+    Path(f"/dev/shm/{stale}").touch()
+    try:
+        assert shm.sweep_dead() == [stale]
+        assert os.path.exists(f"/dev/shm/{mine.name}")
+    finally:
+        mine.close()
+        mine.unlink()
