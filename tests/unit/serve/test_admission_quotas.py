@@ -88,3 +88,37 @@ def test_connections_past_the_cap_get_503_and_the_count_comes_back_down():
             await runner.cleanup()
 
     asyncio.run(main())
+
+
+def test_a_websocket_through_a_capped_site_works_and_is_counted():
+    from aiohttp import ClientSession, WSMsgType
+
+    async def main() -> None:
+        app = web.Application()
+
+        async def echo(request: web.Request) -> web.WebSocketResponse:
+            ws = web.WebSocketResponse()
+            await ws.prepare(request)
+            async for msg in ws:
+                await ws.send_bytes(msg.data)
+            return ws
+
+        app.router.add_get("/ws", echo)
+        runner = web.AppRunner(app, handle_signals=False)
+        await runner.setup()
+        cap = ConnectionCap("test", 2)
+        site = CappedTCPSite(runner, "127.0.0.1", 0, cap)
+        await site.start()
+        try:
+            async with ClientSession() as http, \
+                    http.ws_connect(f"http://127.0.0.1:{site.port}/ws") as ws:
+                await ws.send_bytes(b"x" * 100_000)
+                msg = await ws.receive()
+                assert msg.type == WSMsgType.BINARY and msg.data == b"x" * 100_000
+                assert cap.open == 1
+            await asyncio.sleep(0.2)
+            assert cap.open == 0
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(main())
