@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 
 from cosyvoiced import __version__
+from cosyvoiced.audio import shm
 from cosyvoiced.config import Config, ConfigError, ConfigProblem, changed_keys, load_config
 from cosyvoiced.config.addr import parse_allow_from
 from cosyvoiced.listen.asr import AsrError, bundled_model_dir
@@ -54,7 +55,8 @@ class Daemon:
         self.overrides = list(overrides)
         self.notifier = Notifier()
         self.health = Health(config.service.health_stall_s)
-        self.streams = Streams(config.workers.max_streams)
+        self.streams = Streams(config.workers.max_streams,
+                               config.workers.streams_reserved_for_calls)
         self.metrics = Metrics()
         self.metrics.on_scrape(self._refresh_metrics)
         self._restarts_counted = 0
@@ -146,6 +148,7 @@ class Daemon:
             loop.add_signal_handler(sig, self._on_stop_signal, sig)
         loop.add_signal_handler(signal.SIGHUP, self._on_hup)
         self._make_dirs()
+        self._sweep_shm()
         self.health.register("event_loop", self._loop_beat)
         beat = asyncio.create_task(self._beat_loop(), name="loop-heartbeat")
         watchdog: Watchdog | None = None
@@ -180,6 +183,14 @@ class Daemon:
         svc = self.config.service
         for d in (svc.state_dir, svc.cache_dir, str(Path(svc.control_socket).parent)):
             Path(d).mkdir(parents=True, exist_ok=True)
+
+    def _sweep_shm(self) -> None:
+        """Name this instance's rings, and remove those a killed predecessor left behind."""
+        shm.set_instance(shm.instance_tag(os.path.abspath(self.config.service.control_socket)))
+        swept = shm.sweep_dead()
+        if swept:
+            log.warning("shm_swept", segments=len(swept),
+                        hint="a previous run was killed before it could remove its rings")
 
     async def _start_parts(self) -> None:
         # A model missing is a config problem (exit 78), not a worker dying at start
@@ -339,6 +350,7 @@ class Daemon:
         set_level(new.log.level)
         self.health.stall_s = new.service.health_stall_s
         self.streams.max_streams = new.workers.max_streams
+        self.streams.reserved_for_calls = new.workers.streams_reserved_for_calls
         # Only live keys take effect; the rest keep their running values until restart.
         self.config = _merge_live(self.config, new)
         if self.pool:

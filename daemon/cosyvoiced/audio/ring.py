@@ -43,7 +43,6 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
-import secrets
 import weakref
 from dataclasses import dataclass
 from multiprocessing import resource_tracker
@@ -52,6 +51,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from cosyvoiced.audio.shm import new_segment_name
 from cosyvoiced.errors import CosyvoicedError
 
 __all__ = ["Ring", "RingError", "RingStats", "Policy"]
@@ -180,7 +180,7 @@ class Ring:
         cap = _pow2_at_least(capacity_frames)
         size = _DATA_OFFSET + cap * channels * dt.itemsize
         while True:
-            seg = name.lstrip("/") if name else f"cvr_{secrets.token_hex(6)}"
+            seg = name.lstrip("/") if name else new_segment_name()
             try:
                 fd = os.open(_shm_path(seg), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
             except FileExistsError:

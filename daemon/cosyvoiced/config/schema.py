@@ -57,6 +57,10 @@ class WorkersConfig:
     """ONNX Runtime intra-op threads per worker (total never above the CPUs given)."""
     max_streams: int = opt(64, min=1, max=100000, live=True)
     """Hard cap on concurrent streams, whatever the measured load says."""
+    streams_reserved_for_calls: int = opt(4, min=0, max=100000, live=True)
+    """Of `max_streams`, the last this many are kept for AudioSocket calls: HTTP, Wyoming
+    and device streams are refused (overloaded) once only these are left, so a flood of
+    those cannot refuse a call."""
     lookahead_s: float = opt(3.0, min=0.1, max=60.0, live=True)
     """Audio a TTS stream may have ahead of its listener before its next clause waits
     (it may end up one clause beyond). Streams nearer to running dry go first anyway;
@@ -239,8 +243,9 @@ class AudioDeviceConfig:
     """Device sample format; auto: the ring's (FLOAT_LE for float32 rings), else converted."""
     ring_ms: int = opt(1000, min=20, max=60_000)
     """Capacity of the device's ring (rounded up to a power of two frames)."""
-    rt_priority: int = opt(20, min=0, max=99)
-    """SCHED_FIFO priority asked for the device's thread only; 0: do not ask."""
+    rt_priority: int = opt(20, min=0, max=90)
+    """SCHED_FIFO priority asked for the device's thread only; 0: do not ask; at most 90,
+    the unit's LimitRTPRIO (kernel threads such as the watchdog stay above)."""
     reopen_backoff_max_s: float = opt(5.0, min=0.05, max=300.0)
     """Longest wait between attempts to reopen a device that vanished mid-stream."""
 
@@ -274,6 +279,10 @@ class ApiConfig:
     """A client must send its request line and headers, and a JSON body, within this
     (a connection that sends nothing, or trickles, is closed): one slow client holds no
     connection for long. Uploads to /v1/transcribe have to keep moving at this pace."""
+    max_connections: int = opt(256, min=1, max=100000)
+    """Open connections each HTTP listener (the control socket and each of `listen`)
+    holds at once; past it a new connection gets 503 overloaded and is closed unread. Each
+    listener counts its own, so a flood on one leaves the others (and calls) alone."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -303,8 +312,9 @@ class AudioSocketConfig:
     max_send_buffer_bytes: int = opt(64_000, min=4096, max=10_000_000)
     """A peer that does not read what we send (unsent bytes above about this: the
     kernel's send buffer for the call) is ended."""
-    rt_priority: int = opt(20, min=0, max=99)
-    """SCHED_FIFO priority asked for the 20 ms call clock thread only; 0: do not ask."""
+    rt_priority: int = opt(20, min=0, max=90)
+    """SCHED_FIFO priority asked for the 20 ms call clock thread only; 0: do not ask; at
+    most 90, the unit's LimitRTPRIO."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -97,7 +97,8 @@ def flat_session(rate_hz: int, threads: int = 1, cache_dir: str | None = None) -
         from cosyvoiced.listen.vad_graph import specialized_path
 
         path = specialized_path(model_path(), rate_hz, cache_dir)
-        return create_session(path, threads=threads, cache_dir=cache_dir)
+        if path is not None:
+            return create_session(path, threads=threads, cache_dir=cache_dir)
     return create_session(_flat_bytes(rate_hz), threads=threads)
 
 

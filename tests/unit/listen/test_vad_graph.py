@@ -111,3 +111,18 @@ def test_batches_beyond_one_run_are_split_and_stay_per_stream():
         alone = [float(one.run([s], x[t, i][None])[0]) for t in range(3)]
         one.close(s)
         np.testing.assert_allclose(got[:, i], alone, atol=1e-5)
+
+
+def test_a_read_only_cache_dir_builds_the_flat_graph_in_memory(tmp_path, monkeypatch):
+    """Regression: a read-only cache_dir made every worker fail at start (OSError from
+    mkdir in specialized_path); now the graph is built in memory, with one warning."""
+    from cosyvoiced.listen import vad
+    from cosyvoiced.runtime import onnx as factory
+
+    def refuse(path, write, *, what):
+        return False  # what write_cache_file answers on EROFS/ENOSPC (tested there)
+
+    monkeypatch.setattr(factory, "write_cache_file", refuse)
+    assert specialized_path(model_path(), 16000, tmp_path) is None
+    session = vad.flat_session(16000, cache_dir=str(tmp_path))
+    assert session is not None and not (tmp_path / "onnx").exists()

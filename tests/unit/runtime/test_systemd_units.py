@@ -157,3 +157,56 @@ def test_a_stuck_worker_is_replaced_well_before_systemd_would_kill_the_service(r
         stall = raw.get("service", {}).get("health_stall_s", defaults.service.health_stall_s)
         assert 0 < hang and hang + WORKER_START_S < watchdog_s, (name, hang, watchdog_s)
         assert stall < watchdog_s / 2, (name, stall, watchdog_s)
+
+
+SECURITY_TARGET = 2.5
+"""Highest `systemd-analyze security` exposure the unit may score (issue 15's target)."""
+
+
+def test_unit_scores_at_most_the_security_target(repo_root):
+    """`--threshold` takes the exposure x10 and exits non-zero above it; any line about a
+    setting systemd could not parse would mean a setting silently not applied."""
+    res = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager",
+                          f"--threshold={int(SECURITY_TARGET * 10)}",
+                          str(repo_root / "systemd" / "cosyvoiced.service")],
+                         capture_output=True, text=True, timeout=60)
+    out = res.stdout + res.stderr
+    assert res.returncode == 0, out[-2000:]
+    assert "Failed to parse" not in out and "ignoring" not in out.lower(), out
+    exposure = float(out.rsplit("Overall exposure level for cosyvoiced.service:", 1)[1].split()[0])
+    assert exposure <= SECURITY_TARGET, exposure
+
+
+def test_unit_keeps_its_sandbox_settings(repo_root):
+    s = _unit_settings(repo_root)
+    assert s["CapabilityBoundingSet"] == "" and s["NoNewPrivileges"] == "yes"
+    assert s["SystemCallFilter"] == "@system-service" and s["SystemCallErrorNumber"] == "EPERM"
+    assert s["RemoveIPC"] == "yes" and s["PrivateIPC"] == "yes"
+    assert s["ProtectProc"] == "invisible"
+    assert s["IPAddressDeny"] == "any" and s["IPAddressAllow"] == "localhost"
+    # CTranslate2's oneDNN and numba generate code: W^X would break Whisper (tested under
+    # tools.sandbox, see tests/unit/tools/test_sandbox.py)
+    assert "MemoryDenyWriteExecute" not in s
+    assert "RestrictRealtime" not in s  # the audio threads ask for SCHED_FIFO
+
+
+def test_rt_priority_ceiling_agrees_with_the_config(repo_root):
+    """The configs may ask for no SCHED_FIFO priority the unit's LimitRTPRIO refuses, and
+    the unit allows nothing above what a config can ask for."""
+    import dataclasses
+
+    from cosyvoiced.config.schema import AudioDeviceConfig, AudioSocketConfig
+
+    s = _unit_settings(repo_root)
+    ceiling = int(s["LimitRTPRIO"])
+    for cls in (AudioSocketConfig, AudioDeviceConfig):
+        meta = {f.name: f.metadata for f in dataclasses.fields(cls)}["rt_priority"]
+        assert meta["max"] == ceiling, (cls.__name__, meta["max"], ceiling)
+    # a runaway SCHED_FIFO thread is stopped: RLIMIT_RTTIME well above a 20 ms period's work
+    rttime = s["LimitRTTIME"]
+    assert rttime.endswith("ms") and 20 < int(rttime.removesuffix("ms")) <= 1000, rttime
+
+
+def test_daemon_goes_before_asterisk_under_memory_pressure(repo_root):
+    # Asterisk (Debian's asterisk.service and init script) runs at the default score 0
+    assert int(_unit_settings(repo_root)["OOMScoreAdjust"]) > 0

@@ -67,6 +67,8 @@ async def read_json(request: web.Request, limit: int = MAX_JSON_BYTES) -> dict[s
         raise ApiError(400, "invalid_utf8", f"body is not UTF-8 (byte {exc.start})") from None
     except json.JSONDecodeError as exc:
         raise ApiError(400, "bad_json", f"body is not JSON: {exc}") from None
+    except RecursionError:  # e.g. 256 KiB of "[": the decoder recurses once per level
+        raise ApiError(400, "bad_json", "body is nested too deeply") from None
     if not isinstance(body, dict):
         raise ApiError(400, "bad_json", "body must be a JSON object")
     return body

@@ -16,6 +16,7 @@ from aiohttp import web
 from cosyvoiced.config import Config
 from cosyvoiced.config.addr import API_FORMS, AddressError, ListenAddress
 from cosyvoiced.serve.http.app import DaemonView, make_app
+from cosyvoiced.serve.http.conncap import CappedTCPSite, CappedUnixSite, ConnectionCap
 
 log = structlog.get_logger(__name__)
 
@@ -34,6 +35,9 @@ class HttpServer:
         self._listeners = [ListenAddress("unix", path=config.service.control_socket)]
         self._listeners += [ListenAddress.parse(s, API_FORMS) for s in config.api.listen]
         self.bound: list[str] = []
+        self._max_connections = config.api.max_connections
+        self.caps: list[ConnectionCap] = []
+        """Each listener's open-connection count (`api.max_connections` each)."""
 
     @property
     def app(self) -> web.Application:
@@ -46,15 +50,19 @@ class HttpServer:
                 if lis.kind == "unix":
                     _remove_stale_socket(lis.path)
                     Path(lis.path).parent.mkdir(parents=True, exist_ok=True)
-                    site: web.BaseSite = web.UnixSite(self._runner, lis.path)
+                    cap = ConnectionCap(f"unix:{lis.path}", self._max_connections)
+                    site: web.BaseSite = CappedUnixSite(self._runner, lis.path, cap)
                     await site.start()
                     os.chmod(lis.path, 0o660)
                     self.bound.append(f"unix:{lis.path}")
                 else:
-                    site = web.TCPSite(self._runner, lis.host, lis.port, reuse_address=True)
+                    cap = ConnectionCap(f"tcp://{lis.host}:{lis.port}", self._max_connections)
+                    site = CappedTCPSite(self._runner, lis.host, lis.port, cap,
+                                         reuse_address=True)
                     await site.start()
                     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
                     self.bound.append(f"tcp://{lis.host}:{port}")
+                self.caps.append(cap)
             except OSError as exc:
                 raise AddressError(f"cannot listen on {lis}: {exc.strerror or exc}") from exc
         log.info("http_listening", listeners=self.bound)
