@@ -228,10 +228,10 @@ class Call:
                 pcm = np.frombuffer(chunk.data, dtype=np.int16)
                 if rs is not None:
                     pcm = rs.process(pcm)
-                await self._write(pcm)
-                if not started and pcm.shape[0]:
+                if not started and pcm.shape[0]:  # goes out on the next tick
                     started = True
                     self.bus.publish(PlaybackStarted(say_id, stream=self.id))
+                await self._write(pcm)
             if rs is not None:
                 await self._write(rs.flush())
             self._playout.set_playing(False)
@@ -366,6 +366,8 @@ class Call:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         with contextlib.suppress(Exception):
+            if self._listen_rs is not None:  # what the resampler's filter still holds
+                self.listening.feed(self._listen_rs.flush())
             await self.listening.close()
         with self._send_lock:  # the clock is not mid-frame and will not send again
             sock, self._sock = self._sock, None

@@ -95,21 +95,23 @@ class CallRoutes:
             await ws.prepare(request)
             await ws.send_json({"type": "ready", "call": want})
             reader = asyncio.create_task(self._drain(ws))
+            getter: asyncio.Future[object] | None = None
             try:
                 while not reader.done():
                     getter = asyncio.ensure_future(sub.get())
                     await asyncio.wait({getter, reader}, return_when=asyncio.FIRST_COMPLETED)
                     if not getter.done():
-                        getter.cancel()
                         break
                     event = getter.result()
                     if want and event.stream != want:
                         continue
                     await ws.send_json(event.to_dict())
             finally:
-                reader.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await reader
+                for task in (reader, getter):
+                    if task is not None:
+                        task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError, EOFError):
+                            await task
         except (ConnectionError, EOFError, RuntimeError):
             pass
         finally:
