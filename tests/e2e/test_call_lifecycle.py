@@ -124,10 +124,14 @@ def test_comfort_frames_flow_every_20ms_and_speech_replaces_them(daemon_factory)
             assert r.status == 202, await r.text()
         await player
         t_end = time.monotonic()
-        await peer.hangup()
+        done = await asyncio.to_thread(d.ctl, "calls", "hangup", str(peer.call.call_id))
+        assert done.returncode == 0 and '"hangup_requested"' in done.stdout, done
+        assert await peer.wait_closed(5)
+        await peer.close()
         return peer.call, t_say, t_end
 
     call, t_say, t_end = asyncio.run(main())
+    assert call.hangup_at_s is not None  # `cosyvoicectl calls hangup` ended it
     before = [r for r in call.received if r.at_s < t_say]
     assert len(before) >= 0.8 * 2.0 / 0.02 and all(r.silent for r in before)  # ~100 frames
     during = call.speech_frames()
