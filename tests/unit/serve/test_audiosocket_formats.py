@@ -201,3 +201,42 @@ def test_barge_in_is_an_event_naming_the_say_it_cut():
     assert greeting
     assert (barge.type, barge.say_id) == ("barge_in", greeting)
     assert (done.type, done.say_id, done.reason) == ("playback_done", greeting, "barge_in")
+
+
+@pytest.mark.parametrize("kind", [Kind.SLIN, Kind.SLIN44, Kind.SLIN192])
+def test_a_tick_allocates_no_array_whether_it_sends_speech_or_silence(kind):
+    """The clock's work per call per frame: speech copied from the ring into the
+    prebuilt packet, or the prebuilt silence frame; no numpy allocation either way."""
+    from tools.bench.npalloc import counting
+
+    async def main():
+        server = await _server(format_wait_ms=0)
+        peer = Peer("127.0.0.1", _port(server), kind=kind)
+        await peer.connect()
+        await peer.play(np.zeros(AUDIO_RATES_HZ[kind] // 50, dtype=np.int16))
+        await asyncio.sleep(0.1)
+        call = server.calls[str(peer.call.call_id)]
+        server.clock.remove(call)  # ticked here only, on this thread
+        silent = speaking = 0
+        for _ in range(10):  # in bursts the peer (on this loop) reads between
+            with counting() as c:
+                for _ in range(5):
+                    call.tick()
+            silent += c.calls
+            await asyncio.sleep(0.02)
+        frame = np.full(call.frame_samples, 1000, dtype=np.int16)
+        for i in range(20):  # the last one short: padded from preallocated zeros
+            short = frame[: -7 if i == 19 else None]
+            with counting() as c:
+                assert call._playout.write(short) == short.shape[0]
+                call.tick()
+            speaking += c.calls
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.3)
+        await peer.hangup()
+        await server.stop()
+        return call, silent, speaking, peer.call
+
+    call, silent, speaking, pcall = asyncio.run(main())
+    assert silent == 0 and speaking == 0, (silent, speaking)
+    assert call.comfort_frames >= 50 and len(pcall.speech_frames()) == 20

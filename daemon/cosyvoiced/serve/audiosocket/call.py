@@ -114,6 +114,8 @@ class Call:
         """The packet's payload: the ring copies speech straight into it."""
         self._silence = bytes(self._packet)
         """A frame of comfort silence, built once."""
+        self._zeros = np.zeros(self.frame_samples, dtype=np.int16)
+        """Padding for a short last frame (copied from: assigning a scalar allocates)."""
         self._speaking: tuple[str, Synthesis, asyncio.Task[None]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._loop = asyncio.get_running_loop()
@@ -159,8 +161,8 @@ class Call:
                 packet: bytes | bytearray = self._silence
                 self.comfort_frames += 1
             else:
-                if n < self.frame_samples:
-                    self._frame[n:] = 0
+                if n < self.frame_samples:  # the last of a say, or an underrun
+                    self._frame[n:] = self._zeros[n:]
                 packet = self._packet
             try:
                 sent = sock.send(packet)
