@@ -223,3 +223,59 @@ def test_say_barge_in_and_hangup_events_on_sse_and_websocket(daemon_factory):
             assert not [p for p in private if p in line], ev
     d.signal(signal.SIGTERM)
     assert d.wait(60) == 0
+
+
+def test_mulaw_bytes_sent_as_slin_are_noise_to_the_listener(daemon_factory):
+    """What `Dial(AudioSocket/...)` without `c(slin)` does to a μ-law call: Asterisk sends
+    the μ-law bytes under kind 0x10. Beside a correct slin call, the same prompt sent
+    that way is not understood (docs/http-api.md, "Audio formats")."""
+    from cosyvoiced.audio.codec import mulaw_encode
+    from cosyvoiced.serve.audiosocket.frames import Audio
+
+    d = daemon_factory().start()
+    d.wait_ready()
+    host, port, http = _ports(d)
+    prompt = next(p for p in prompts() if 2.0 < p.samples().shape[0] / 8000 < 4.0)
+    pcm = np.concatenate([_pcm(prompt.samples()), np.zeros(8000 * 2, dtype=np.int16)])
+
+    async def slin() -> Peer:
+        peer = Peer(host, port)
+        await peer.connect()
+        await peer.play(pcm)
+        await peer.hangup()
+        return peer
+
+    async def mulaw() -> Peer:
+        peer = Peer(host, port)
+        await peer.connect()
+        codes = mulaw_encode(pcm).tobytes()
+        t0 = time.monotonic()
+        for i, at in enumerate(range(0, len(codes) - 159, 160)):  # 160 bytes per 20 ms
+            await peer.send_raw(Audio(codes[at:at + 160]).encode())
+            await asyncio.sleep(max(0.0, t0 + (i + 1) * 0.02 - time.monotonic()))
+        await peer.hangup()
+        return peer
+
+    async def main():
+        events: list = []
+        stop = asyncio.Event()
+        watcher = asyncio.create_task(_events(http, events, stop))
+        await asyncio.sleep(0.3)
+        peers = await asyncio.gather(slin(), mulaw())
+        await asyncio.sleep(1.0)
+        stop.set()
+        watcher.cancel()
+        return peers, events
+
+    (right, wrong), events = asyncio.run(main())
+
+    def heard(peer: Peer) -> str:
+        return " ".join(e["text"] for _, e in events if e["type"] == "transcript"
+                        and e["stream"] == str(peer.call.call_id))
+
+    good, bad = wer([prompt.text], [heard(right)]), wer([prompt.text], [heard(wrong)])
+    print(f"{prompt.text!r}: as slin {heard(right)!r} (WER {good:.0f}%), "
+          f"as μ-law bytes {heard(wrong)!r} (WER {bad:.0f}%)")
+    assert good <= 40.0 and bad >= 75.0
+    d.signal(signal.SIGTERM)
+    assert d.wait(60) == 0
