@@ -152,8 +152,8 @@ async def run(args: argparse.Namespace) -> int:
         elif args.action == "say":
             _print_json(await c.request("POST", f"/v1/calls/{args.id}/say",
                                         json={"text": args.text}))
-        else:
-            _print_json(await c.request("POST", f"/v1/calls/{args.id}/stop"))
+        else:  # stop, hangup
+            _print_json(await c.request("POST", f"/v1/calls/{args.id}/{args.action}"))
     return 0
 
 
@@ -191,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     cs.add_argument("text")
     cst = csub.add_parser("stop")
     cst.add_argument("id")
+    chg = csub.add_parser("hangup")
+    chg.add_argument("id")
     return parser
 
 

@@ -177,11 +177,11 @@ async def _caller(d: Daemon, corpus: list[np.ndarray], duration_s: float, delay_
 def _analyse(peers: list) -> dict[str, list[float]]:
     first, barge, jitter = [], [], []
     for peer, log in peers:
-        times = peer.call.audio_times()
+        gaps = np.diff(peer.call.audio_times())  # the clock: speech and comfort silence
+        jitter += list(np.abs(gaps[gaps < 0.1] - 0.02) * 1000)
+        times = peer.call.speech_times()  # replies and barge-in: speech only
         if times.size < 2:
             continue
-        gaps = np.diff(times)
-        jitter += list(np.abs(gaps[gaps < 0.1] - 0.02) * 1000)
         for t in log.replies:
             after = times[times > t]
             if after.size:

@@ -330,22 +330,24 @@ class CallStream(Stream):
         spoke_end_s = self.spoke_end_s = time.monotonic()
         silence = np.zeros(1600, dtype=np.int16)  # 200 ms
         deadline_s = spoke_end_s + 15.0
-        last_n = len(peer.call.received)
+        last_n = len(peer.call.speech_frames())  # comfort silence is not a reply
         quiet_s = 0.0
         while time.monotonic() < deadline_s and not peer.closed and not stop.is_set():
             await peer.play(silence)
-            n = len(peer.call.received)
+            n = len(peer.call.speech_frames())
             if self.said_s is not None and n > last_n:
                 quiet_s = 0.0
             elif self.said_s is not None and n > 0 and n == last_n:
                 quiet_s += 0.2
-                if quiet_s >= 0.6 and any(r.at_s > self.said_s for r in peer.call.received):
+                if quiet_s >= 0.6 and any(r.at_s > self.said_s
+                                          for r in peer.call.speech_frames()):
                     break
             last_n = n
         said = self.said_s
         if said is None:
             return  # the daemon heard no end of speech: no reply to time
-        frames = [(r.at_s, len(r.pcm) / 16000) for r in peer.call.received if r.at_s > said]
+        frames = [(r.at_s, len(r.pcm) / 16000) for r in peer.call.speech_frames()
+                  if r.at_s > said]
         heard = listen(said, frames, jitter_s=CALL_JITTER_S) if frames else None
         self.out.append(Reply(self.kind, self.index, said, time.monotonic(), heard,
                               error="" if frames else "no reply audio"))

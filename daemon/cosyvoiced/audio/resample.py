@@ -16,10 +16,15 @@ import soxr
 
 from cosyvoiced.errors import CosyvoicedError
 
-__all__ = ["SUPPORTED_RATES_HZ", "ResampleError", "StreamResampler", "UnsupportedRate"]
+__all__ = ["RESAMPLER_RATES_HZ", "SUPPORTED_RATES_HZ", "ResampleError", "StreamResampler",
+           "UnsupportedRate"]
 
 SUPPORTED_RATES_HZ: tuple[int, ...] = (8000, 16000, 22050, 24000, 48000)
 """Rates every stream may use (telephony, ASR, Piper voices, sound cards)."""
+RESAMPLER_RATES_HZ: tuple[int, ...] = tuple(sorted({*SUPPORTED_RATES_HZ, 12000, 32000, 44100,
+                                                    96000, 192000}))
+"""Rates a `StreamResampler` converts between: the above and every signed-linear rate an
+Asterisk AudioSocket call may use (slin12 ... slin192)."""
 
 Quality = Literal["QQ", "LQ", "MQ", "HQ", "VHQ"]
 
@@ -31,13 +36,13 @@ class ResampleError(CosyvoicedError, ValueError):
 
 
 class UnsupportedRate(ResampleError):
-    """A rate outside SUPPORTED_RATES_HZ."""
+    """A rate outside RESAMPLER_RATES_HZ."""
 
     code = "unsupported_rate"
 
     def __init__(self, rate_hz: int) -> None:
         super().__init__(f"unsupported sample rate {rate_hz} Hz; "
-                         f"supported: {', '.join(map(str, SUPPORTED_RATES_HZ))}")
+                         f"supported: {', '.join(map(str, RESAMPLER_RATES_HZ))}")
         self.rate_hz = rate_hz
 
 
@@ -47,7 +52,7 @@ class StreamResampler:
     def __init__(self, in_rate_hz: int, out_rate_hz: int, channels: int = 1,
                  dtype: npt.DTypeLike = np.float32, quality: Quality = "HQ") -> None:
         for rate in (in_rate_hz, out_rate_hz):
-            if rate not in SUPPORTED_RATES_HZ:
+            if rate not in RESAMPLER_RATES_HZ:
                 raise UnsupportedRate(rate)
         if channels < 1:
             raise ResampleError(f"channels must be >= 1, got {channels}")

@@ -315,6 +315,12 @@ class AudioSocketConfig:
     rt_priority: int = opt(20, min=0, max=90)
     """SCHED_FIFO priority asked for the 20 ms call clock thread only; 0: do not ask; at
     most 90, the unit's LimitRTPRIO."""
+    comfort_silence: bool = opt(True, live=True)
+    """Send 20 ms frames of silence (in the caller's format) while there is nothing to
+    say, so the call's RTP keeps flowing: Asterisk does not fill gaps itself."""
+    format_wait_ms: int = opt(200, min=0, max=5000, live=True)
+    """How long a new call waits for the caller's first audio frame, whose kind sets the
+    format we reply in (slin 8 kHz up to slin192); none by then: slin 8 kHz."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
-__all__ = ["DtmfPressed", "Event", "EventBus", "Subscription", "Transcript", "VoiceStarted",
+__all__ = ["BargeIn", "CallEnded", "CallStarted", "DtmfPressed", "Event", "EventBus",
+           "PlaybackDone", "PlaybackStarted", "Subscription", "Transcript", "VoiceStarted",
            "VoiceStopped"]
 
 
@@ -77,7 +78,75 @@ class DtmfPressed:
         return {"type": self.type, **asdict(self)}
 
 
-Event = VoiceStarted | VoiceStopped | Transcript | DtmfPressed
+@dataclass(frozen=True, slots=True)
+class CallStarted:
+    """A phone call (`stream`: its id) began; we reply in its `format` (`slin16`, ...)."""
+
+    type: ClassVar[str] = "call_started"
+    format: str
+    rate_hz: int
+    stream: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnded:
+    """A call ended after `duration_s`; `reason`: hangup (the caller), hangup_requested
+    (`POST .../hangup`), peer_closed, peer_gone, peer_silent, slow_peer, shutdown,
+    protocol_error:CODE, asterisk_error:CODE."""
+
+    type: ClassVar[str] = "call_ended"
+    reason: str
+    duration_s: float
+    stream: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class PlaybackStarted:
+    """The first audio of `say_id` is going out to the caller."""
+
+    type: ClassVar[str] = "playback_started"
+    say_id: str
+    stream: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class PlaybackDone:
+    """`say_id` stopped playing; `reason`: done (all of it was sent), barge_in, stopped,
+    replaced (by a newer say), ended (the call ended), error."""
+
+    type: ClassVar[str] = "playback_done"
+    say_id: str
+    reason: str
+    stream: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+@dataclass(frozen=True, slots=True)
+class BargeIn:
+    """The caller spoke over `say_id` (speech from `start_ms`, call-relative), which was cut."""
+
+    type: ClassVar[str] = "barge_in"
+    say_id: str
+    start_ms: int
+    stream: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": self.type, **asdict(self)}
+
+
+Event = (VoiceStarted | VoiceStopped | Transcript | DtmfPressed | CallStarted | CallEnded
+         | PlaybackStarted | PlaybackDone | BargeIn)
 
 
 class Subscription:

@@ -1,8 +1,10 @@
 """An AudioSocket client that behaves like Asterisk: the test peer and load generator.
 
-It sends the call's UUID, then caller audio in 20 ms frames on absolute deadlines
-(real-time pace), and records every frame it receives with its arrival time, so a test
-can measure pacing jitter, first-audio latency and barge-in.
+It sends the call's UUID, then caller audio in 20 ms frames of its `kind` (slin at 8 kHz
+by default; any of slin12 ... slin192, as `Dial(AudioSocket/.../c(slin16))` makes
+Asterisk send) on absolute deadlines (real-time pace), and records every frame it
+receives with its arrival time and kind, so a test can measure pacing jitter,
+first-audio latency, comfort silence and barge-in.
 """
 
 from __future__ import annotations
@@ -15,9 +17,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cosyvoiced.serve.audiosocket.frames import Audio, CallId, Dtmf, FrameParser, Hangup
+from cosyvoiced.serve.audiosocket.frames import (
+    AUDIO_RATES_HZ,
+    MAX_FRAME_BYTES,
+    Audio,
+    CallId,
+    Dtmf,
+    FrameParser,
+    Hangup,
+    Kind,
+    frame_samples,
+)
 
 FRAME_SAMPLES = 160
+"""20 ms at 8 kHz (slin, the default kind)."""
 FRAME_S = 0.02
 
 
@@ -26,6 +39,11 @@ class Received:
     at_s: float
     """time.monotonic() when the frame arrived."""
     pcm: bytes
+    kind: int = Kind.SLIN
+
+    @property
+    def silent(self) -> bool:
+        return not any(self.pcm)
 
 
 @dataclass
@@ -44,14 +62,26 @@ class PeerCall:
     def received_samples(self) -> np.ndarray:
         return np.frombuffer(b"".join(r.pcm for r in self.received), dtype=np.int16)
 
+    def speech_frames(self) -> list[Received]:
+        """Frames that are not all zero (comfort silence is)."""
+        return [r for r in self.received if not r.silent]
+
+    def speech_times(self) -> np.ndarray:
+        """Arrival times of `speech_frames()` (what first-audio and barge-in are timed on)."""
+        return np.array([r.at_s for r in self.received if not r.silent])
+
 
 class Peer:
-    """One call to a daemon at host:port."""
+    """One call to a daemon at host:port, sending audio of `kind`."""
 
-    def __init__(self, host: str, port: int, call: PeerCall | None = None) -> None:
+    def __init__(self, host: str, port: int, call: PeerCall | None = None,
+                 kind: int = Kind.SLIN) -> None:
         self.host = host
         self.port = port
         self.call = call or PeerCall()
+        self.kind = kind
+        self.rate_hz = AUDIO_RATES_HZ[kind]
+        self.frame_samples = frame_samples(kind)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._recv_task: asyncio.Task[None] | None = None
@@ -65,7 +95,7 @@ class Peer:
 
     async def _receive(self) -> None:
         assert self._reader is not None
-        parser = FrameParser()
+        parser = FrameParser(max_payload_bytes=MAX_FRAME_BYTES)
         while True:
             data = await self._reader.read(65536)
             now = time.monotonic()
@@ -74,24 +104,26 @@ class Peer:
                 return
             for frame in parser.feed(data):
                 if isinstance(frame, Audio):
-                    self.call.received.append(Received(now, frame.pcm))
+                    self.call.received.append(Received(now, frame.pcm, frame.kind))
                 elif isinstance(frame, Hangup):
                     self.call.hangup_at_s = now
             if parser.error is not None:
                 raise parser.error
 
     async def play(self, samples: np.ndarray) -> None:
-        """Send int16 8 kHz samples as 20 ms frames at real-time pace."""
+        """Send int16 samples at the peer's rate (8 kHz for slin) as 20 ms frames at
+        real-time pace."""
         assert self._writer is not None
         loop = asyncio.get_running_loop()
         start = loop.time()
-        for i in range(0, samples.shape[0] - FRAME_SAMPLES + 1, FRAME_SAMPLES):
+        n = self.frame_samples
+        for i in range(0, samples.shape[0] - n + 1, n):
             if self.closed:
                 return
-            self._writer.write(Audio(samples[i:i + FRAME_SAMPLES].astype("<i2").tobytes())
+            self._writer.write(Audio(samples[i:i + n].astype("<i2").tobytes(), self.kind)
                                .encode())
             self.call.sent_frames += 1
-            deadline = start + (i // FRAME_SAMPLES + 1) * FRAME_S
+            deadline = start + (i // n + 1) * FRAME_S
             await asyncio.sleep(max(0.0, deadline - loop.time()))
 
     async def send_raw(self, data: bytes) -> None:

@@ -9,6 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cosyvoiced.serve.audiosocket.frames import (
+    AUDIO_KINDS,
+    MAX_FRAME_BYTES,
     Audio,
     CallId,
     Dtmf,
@@ -17,6 +19,8 @@ from cosyvoiced.serve.audiosocket.frames import (
     FrameParser,
     Hangup,
     Kind,
+    frame_samples,
+    kind_name,
 )
 
 
@@ -29,11 +33,34 @@ def test_wire_forms_match_the_protocol():
     assert Error(2).encode() == b"\xff\x00\x01\x02"
 
 
+@pytest.mark.parametrize("kind,rate,name", [
+    (0x10, 8000, "slin"), (0x11, 12000, "slin12"), (0x12, 16000, "slin16"),
+    (0x13, 24000, "slin24"), (0x14, 32000, "slin32"), (0x15, 44100, "slin44"),
+    (0x16, 48000, "slin48"), (0x17, 96000, "slin96"), (0x18, 192000, "slin192"),
+])
+def test_every_asterisk_audio_kind_parses_at_its_rate(kind, rate, name):
+    """The numbers of include/asterisk/res_audiosocket.h (Asterisk 20-23, 2025)."""
+    n = frame_samples(kind)
+    assert n == rate // 50 and kind_name(kind) == name
+    wire = bytes([kind]) + (2 * n).to_bytes(2, "big") + b"\x01\x02" * n  # 20 ms
+    parser = FrameParser(max_payload_bytes=MAX_FRAME_BYTES)
+    (frame,) = parser.feed(wire)
+    assert isinstance(frame, Audio) and (frame.kind, frame.rate_hz) == (kind, rate)
+    assert frame.encode() == wire and parser.error is None
+
+
+def test_a_parser_limited_to_slin_refuses_the_wideband_kinds():
+    parser = FrameParser(accepted_kinds=frozenset({Kind.UUID, Kind.SLIN}))
+    assert parser.feed(Audio(b"\x00\x00", Kind.SLIN16).encode()) == []
+    assert parser.error is not None and parser.error.code == "unknown_kind"
+
+
 frames = st.one_of(
     st.just(Hangup()),
     st.uuids().map(CallId),
     st.sampled_from("0123456789*#ABCD").map(Dtmf),
-    st.binary(min_size=1, max_size=400).filter(lambda b: len(b) % 2 == 0).map(Audio),
+    st.tuples(st.binary(min_size=1, max_size=400).filter(lambda b: len(b) % 2 == 0),
+              st.sampled_from(sorted(AUDIO_KINDS))).map(lambda t: Audio(*t)),
     st.one_of(st.none(), st.integers(0, 255)).map(Error),
 )
 

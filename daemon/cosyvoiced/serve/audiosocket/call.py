@@ -1,11 +1,18 @@
 """One AudioSocket call: caller audio to the listener, our speech out on the 20 ms clock.
 
-Speech for the caller is synthesized at 8 kHz into a small playout ring; the call clock
-(its own thread, `clock.py`) takes one 320-byte frame per call per tick and sends it on a
-duplicate of the call's socket, so nothing is sent in bursts and nothing is queued at
-Asterisk that barge-in could not recall. Barge-in cancels the synthesis and flushes the
-ring: the next tick sends nothing. The event loop writes to the socket only after the
+A call speaks in the format of the caller's first audio frame (slin at 8 kHz up to
+slin192; `frames.py`). Speech for the caller is synthesized at that rate (or at 22050 Hz
+and resampled here, for rates the synthesizer does not offer) into a small playout ring;
+the call clock (its own thread, `clock.py`) takes one 20 ms frame per call per tick and
+sends it on a duplicate of the call's socket, so nothing is sent in bursts and nothing is
+queued at Asterisk that barge-in could not recall. With nothing to say, the tick sends a
+preallocated frame of silence (`comfort_silence`), so RTP keeps flowing. Barge-in cancels
+the synthesis and flushes the ring. The event loop writes to the socket only after the
 clock has let go of it (the hangup at the end), under the call's send lock.
+
+Caller audio goes to the listener at 8 kHz (slin) or 16 kHz (every other rate, resampled
+here with soxr). Each `say` has an id; its `playback_started` / `playback_done` events,
+`barge_in`, `call_started` and `call_ended` go on the event bus (SSE, WebSocket).
 """
 
 from __future__ import annotations
@@ -15,17 +22,30 @@ import contextlib
 import socket
 import threading
 import time
+import uuid
 from typing import Any
 
 import numpy as np
 import structlog
 
 from cosyvoiced.audio.codec import s16_to_f32
+from cosyvoiced.audio.resample import SUPPORTED_RATES_HZ, StreamResampler
 from cosyvoiced.audio.ring import Ring
 from cosyvoiced.config.schema import AudioSocketConfig
-from cosyvoiced.listen.events import DtmfPressed, EventBus, VoiceStarted, VoiceStopped
+from cosyvoiced.listen.events import (
+    BargeIn,
+    CallEnded,
+    CallStarted,
+    DtmfPressed,
+    EventBus,
+    PlaybackDone,
+    PlaybackStarted,
+    VoiceStarted,
+    VoiceStopped,
+)
 from cosyvoiced.runtime.metrics import Metrics
 from cosyvoiced.serve.audiosocket.frames import (
+    AUDIO_RATES_HZ,
     HEADER,
     Audio,
     CallId,
@@ -35,24 +55,36 @@ from cosyvoiced.serve.audiosocket.frames import (
     FrameParser,
     Hangup,
     Kind,
+    frame_samples,
+    kind_name,
 )
 from cosyvoiced.serve.speech import Listening, Speech, Synthesis
 from cosyvoiced.tts.request import SynthesisOptions
 
 log = structlog.get_logger(__name__)
 
-RATE_HZ = 8000
-FRAME_SAMPLES = 160
-"""20 ms at 8 kHz."""
-_AUDIO_HEADER = HEADER.pack(Kind.SLIN, 2 * FRAME_SAMPLES)
+TICK_S = 0.02
+"""The call clock's period: one frame per call per tick, whatever its rate."""
+FALLBACK_SYNTH_RATE_HZ = 22050
+"""Piper voices' own rate: what we synthesize at for a call rate the synthesizer does not
+offer (12, 32, 44.1, 96, 192 kHz), resampled here."""
+
+
+def listen_rate_for(kind: int) -> int:
+    """The listener runs at 8 kHz for slin, 16 kHz (Whisper's rate) for the rest."""
+    return 8000 if kind == Kind.SLIN else 16000
 
 
 class Call:
     def __init__(self, call_id: str, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter, parser: FrameParser, speech: Speech,
                  listening: Listening, config: AudioSocketConfig, bus: EventBus,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, kind: int = Kind.SLIN) -> None:
         self.id = call_id
+        self.kind = kind
+        self.format = kind_name(kind)
+        self.rate_hz = AUDIO_RATES_HZ[kind]
+        self.frame_samples = frame_samples(kind)
         self.reader = reader
         self.writer = writer
         self.parser = parser
@@ -64,14 +96,27 @@ class Call:
         self.started_s = time.monotonic()
         self.end_reason = ""
         self.ended = asyncio.Event()
+        self.finished = asyncio.Event()
+        """Set once the call is torn down and `call_ended` is published."""
         self.frames_sent = 0
+        self.comfort_frames = 0
+        """Of `frames_sent`, frames of comfort silence."""
         self.barge_ins = 0
-        capacity = max(2 * FRAME_SAMPLES, config.playout_ms * RATE_HZ // 1000)
+        self._synth_rate = self.rate_hz if self.rate_hz in SUPPORTED_RATES_HZ \
+            else FALLBACK_SYNTH_RATE_HZ
+        self._listen_rs = (None if listening.rate_hz == self.rate_hz else
+                           StreamResampler(self.rate_hz, listening.rate_hz))
+        capacity = max(2 * self.frame_samples, config.playout_ms * self.rate_hz // 1000)
         self._playout = Ring.create(capacity, dtype=np.int16, policy="refuse")
-        self._packet = bytearray(_AUDIO_HEADER + bytes(2 * FRAME_SAMPLES))
-        self._frame = np.frombuffer(self._packet, dtype="<i2", offset=len(_AUDIO_HEADER))
+        header = HEADER.pack(kind, 2 * self.frame_samples)
+        self._packet = bytearray(header + bytes(2 * self.frame_samples))
+        self._frame = np.frombuffer(self._packet, dtype="<i2", offset=len(header))
         """The packet's payload: the ring copies speech straight into it."""
-        self._speaking: tuple[Synthesis, asyncio.Task[None]] | None = None
+        self._silence = bytes(self._packet)
+        """A frame of comfort silence, built once."""
+        self._zeros = np.zeros(self.frame_samples, dtype=np.int16)
+        """Padding for a short last frame (copied from: assigning a scalar allocates)."""
+        self._speaking: tuple[str, Synthesis, asyncio.Task[None]] | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._loop = asyncio.get_running_loop()
         self._send_lock = threading.Lock()
@@ -103,18 +148,24 @@ class Call:
     # --- the send clock (called on the clock thread every 20 ms) ----------------------
 
     def tick(self) -> None:
-        """Send one frame if there is speech to send; never blocks, never allocates."""
+        """Send one frame: speech if there is some, else (`comfort_silence`) silence;
+        never blocks, never allocates."""
         with self._send_lock:
             sock = self._sock
             if sock is None:
                 return
             n = self._playout.read_into(self._frame)
             if n == 0:
-                return
-            if n < FRAME_SAMPLES:
-                self._frame[n:] = 0
+                if not self.config.comfort_silence:
+                    return
+                packet: bytes | bytearray = self._silence
+                self.comfort_frames += 1
+            else:
+                if n < self.frame_samples:  # the last of a say, or an underrun
+                    self._frame[n:] = self._zeros[n:]
+                packet = self._packet
             try:
-                sent = sock.send(self._packet)
+                sent = sock.send(packet)
             except BlockingIOError:
                 sent = 0
             except OSError:
@@ -124,7 +175,7 @@ class Call:
                 log.exception("call_send_failed", call_id=self.id)
                 self._stop_sending("internal_error")
                 return
-            if sent < len(self._packet):  # the kernel's buffer is full: the peer is not reading
+            if sent < len(packet):  # the kernel's buffer is full: the peer is not reading
                 self._broken = sent > 0
                 self._stop_sending("slow_peer")
                 return
@@ -140,43 +191,72 @@ class Call:
 
     # --- speaking -----------------------------------------------------------------
 
-    async def say(self, text: str) -> None:
-        """Replace whatever is being said with `text` (typed errors raised here)."""
-        options = SynthesisOptions(voice=self.config.voice or None, rate_hz=RATE_HZ,
+    @property
+    def say_id(self) -> str:
+        """The id of what is being said now ("" if nothing)."""
+        return self._speaking[0] if self._speaking is not None else ""
+
+    async def say(self, text: str) -> str:
+        """Replace whatever is being said with `text` (typed errors raised here); returns
+        the id its `playback_started` and `playback_done` events carry."""
+        options = SynthesisOptions(voice=self.config.voice or None, rate_hz=self._synth_rate,
                                    format="s16le")
         synthesis = await self.speech.synthesize(text, options, self.id)
-        self.stop_speaking()
-        task = asyncio.create_task(self._feed(synthesis))
-        self._speaking = (synthesis, task)
+        self.stop_speaking("replaced")
+        say_id = uuid.uuid4().hex
+        task = asyncio.create_task(self._feed(say_id, synthesis))
+        self._speaking = (say_id, synthesis, task)
+        return say_id
 
-    async def _feed(self, synthesis: Synthesis) -> None:
-        """Write speech into the playout ring as it comes. The ring counts an underrun for
-        each tick it comes up short between the first chunk and the last (not while
-        waiting for first audio, not after the end)."""
+    async def _write(self, pcm: np.ndarray) -> None:
+        done = 0
+        while done < pcm.shape[0]:
+            done += self._playout.write(pcm[done:])
+            self._playout.set_playing(True)
+            if done < pcm.shape[0]:
+                await asyncio.sleep(TICK_S / 2)
+
+    async def _feed(self, say_id: str, synthesis: Synthesis) -> None:
+        """Write speech into the playout ring as it comes (resampled to the call's rate if
+        it was synthesized at another), then wait for the ring to drain. The ring counts
+        an underrun for each tick it comes up short between the first chunk and the last
+        (not while waiting for first audio, not after the end)."""
+        rs = (None if self._synth_rate == self.rate_hz else
+              StreamResampler(self._synth_rate, self.rate_hz, dtype=np.int16))
+        started = False
+        reason = "done"
         try:
             async for chunk in synthesis:
                 pcm = np.frombuffer(chunk.data, dtype=np.int16)
-                done = 0
-                while done < pcm.shape[0]:
-                    done += self._playout.write(pcm[done:])
-                    self._playout.set_playing(True)
-                    if done < pcm.shape[0]:
-                        await asyncio.sleep(FRAME_SAMPLES / RATE_HZ / 2)
+                if rs is not None:
+                    pcm = rs.process(pcm)
+                if not started and pcm.shape[0]:  # goes out on the next tick
+                    started = True
+                    self.bus.publish(PlaybackStarted(say_id, stream=self.id))
+                await self._write(pcm)
+            if rs is not None:
+                await self._write(rs.flush())
             self._playout.set_playing(False)
+            while self._playout.available() > 0:  # the last frames are still to go out
+                await asyncio.sleep(TICK_S / 2)
         except Exception as exc:  # a failed synthesis ends the speech, not the call
+            reason = "error"
             log.error("call_speech_failed", call_id=self.id, error=str(exc),
                       code=getattr(exc, "code", "internal"))
         finally:
-            if self._speaking is not None and self._speaking[1] is asyncio.current_task():
+            if self._speaking is not None and self._speaking[2] is asyncio.current_task():
                 self._speaking = None
+                self.bus.publish(PlaybackDone(say_id, reason, stream=self.id))
 
-    def stop_speaking(self) -> None:
-        """Cancel synthesis and drop buffered speech: the next tick sends nothing."""
+    def stop_speaking(self, reason: str = "stopped") -> None:
+        """Cancel synthesis and drop buffered speech: the next tick sends silence (or
+        nothing). What was being said ends with `playback_done` (`reason`)."""
         if self._speaking is not None:
-            synthesis, task = self._speaking
+            say_id, synthesis, task = self._speaking
             self._speaking = None
             synthesis.cancel()
             task.cancel()
+            self.bus.publish(PlaybackDone(say_id, reason, stream=self.id))
         self._playout.request_flush()
         self._playout.set_playing(False)
 
@@ -184,7 +264,8 @@ class Call:
 
     async def run(self, early: list[Frame]) -> None:
         """Serve the call until it ends; `early` are frames read along with the UUID."""
-        log.info("call_started", call_id=self.id)
+        log.info("call_started", call_id=self.id, format=self.format)
+        self.bus.publish(CallStarted(self.format, self.rate_hz, stream=self.id))
         for frame in early:
             if not self._handle(frame):
                 break
@@ -231,8 +312,16 @@ class Call:
 
     def _handle(self, frame: Any) -> bool:
         if isinstance(frame, Audio):
+            if frame.kind != self.kind:  # Asterisk keeps a channel's format for its life
+                log.warning("call_format_changed", call_id=self.id, format=self.format,
+                            got=kind_name(frame.kind))
+                self.end("protocol_error:audio_kind_changed")
+                return False
             pcm = np.frombuffer(frame.pcm, dtype=np.int16)
-            self.listening.feed(s16_to_f32(pcm, np.empty(pcm.shape, dtype=np.float32)))
+            samples = s16_to_f32(pcm, np.empty(pcm.shape, dtype=np.float32))
+            if self._listen_rs is not None:
+                samples = self._listen_rs.process(samples)
+            self.listening.feed(samples)
         elif isinstance(frame, Dtmf):
             at_ms = int((time.monotonic() - self.started_s) * 1000)
             self.bus.publish(DtmfPressed(frame.digit, at_ms, stream=self.id))
@@ -267,16 +356,20 @@ class Call:
             self._barge_in(ev)
 
     def _barge_in(self, ev: VoiceStarted) -> None:
-        self.stop_speaking()
+        say_id = self.say_id
+        self.bus.publish(BargeIn(say_id, ev.start_ms, stream=self.id))
+        self.stop_speaking("barge_in")
         self.barge_ins += 1
-        log.info("barge_in", call_id=self.id, speech_start_ms=ev.start_ms)
+        log.info("barge_in", call_id=self.id, say_id=say_id, speech_start_ms=ev.start_ms)
 
     async def _finish(self) -> None:
-        self.stop_speaking()
+        self.stop_speaking("ended")
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         with contextlib.suppress(Exception):
+            if self._listen_rs is not None:  # what the resampler's filter still holds
+                self.listening.feed(self._listen_rs.flush())
             await self.listening.close()
         with self._send_lock:  # the clock is not mid-frame and will not send again
             sock, self._sock = self._sock, None
@@ -291,8 +384,13 @@ class Call:
         self._playout.unlink()
         self.metrics.underruns.labels("call").inc(underruns)
         self.metrics.dropped_frames.labels("call").inc(self.listening.dropped)
-        level = "info" if self.end_reason in ("hangup", "peer_closed") else "warning"
+        duration_s = round(time.monotonic() - self.started_s, 3)
+        level = ("info" if self.end_reason in ("hangup", "peer_closed", "hangup_requested")
+                 else "warning")
         getattr(log, level)("call_ended", call_id=self.id, reason=self.end_reason,
-                            duration_s=round(time.monotonic() - self.started_s, 3),
-                            frames_sent=self.frames_sent, barge_ins=self.barge_ins,
-                            underruns=underruns, dropped_frames=self.listening.dropped)
+                            duration_s=duration_s, format=self.format,
+                            frames_sent=self.frames_sent, comfort_frames=self.comfort_frames,
+                            barge_ins=self.barge_ins, underruns=underruns,
+                            dropped_frames=self.listening.dropped)
+        self.bus.publish(CallEnded(self.end_reason, duration_s, stream=self.id))
+        self.finished.set()

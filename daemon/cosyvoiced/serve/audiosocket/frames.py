@@ -2,6 +2,12 @@
 
 One dataclass per message, each knowing its wire form; `FrameParser` is sans-I/O (bytes
 in, frames out) so the same code serves the server, the test peer and the fuzzer.
+
+Kinds as Asterisk defines them (include/asterisk/res_audiosocket.h, res/res_audiosocket.c):
+0x10 is signed-linear 16-bit mono at 8 kHz; 0x11-0x18 (Asterisk 20-23, 2025) the same at
+12, 16, 24, 32, 44.1, 48, 96 and 192 kHz. Asterisk picks the kind of what it sends from
+the format of each frame, and anything that is not one of these slin formats goes out
+as 0x10 with its bytes unchanged (so a μ-law channel's bytes arrive labelled as slin).
 """
 
 from __future__ import annotations
@@ -24,7 +30,37 @@ class Kind(IntEnum):
     UUID = 0x01
     DTMF = 0x03
     SLIN = 0x10
+    SLIN12 = 0x11
+    SLIN16 = 0x12
+    SLIN24 = 0x13
+    SLIN32 = 0x14
+    SLIN44 = 0x15
+    SLIN48 = 0x16
+    SLIN96 = 0x17
+    SLIN192 = 0x18
     ERROR = 0xFF
+
+
+AUDIO_RATES_HZ: dict[int, int] = {
+    Kind.SLIN: 8000, Kind.SLIN12: 12000, Kind.SLIN16: 16000, Kind.SLIN24: 24000,
+    Kind.SLIN32: 32000, Kind.SLIN44: 44100, Kind.SLIN48: 48000, Kind.SLIN96: 96000,
+    Kind.SLIN192: 192000,
+}
+"""Audio kind -> sample rate of its signed-linear 16-bit mono payload."""
+AUDIO_KINDS = frozenset(AUDIO_RATES_HZ)
+MAX_FRAME_BYTES = 2 * 192000 * 60 // 1000
+"""60 ms at the highest rate (192 kHz): a generous bound on one audio frame's payload
+(Asterisk sends 20 ms frames)."""
+
+
+def kind_name(kind: int) -> str:
+    """`slin`, `slin16`, ... as Asterisk names the format (`c(slin16)`)."""
+    return Kind(kind).name.lower()
+
+
+def frame_samples(kind: int) -> int:
+    """Samples in 20 ms of audio of this kind (882 at 44.1 kHz)."""
+    return AUDIO_RATES_HZ[kind] // 50
 
 
 class AsteriskErrorCode(IntEnum):
@@ -71,12 +107,18 @@ class Dtmf:
 
 @dataclass(frozen=True)
 class Audio:
-    """Signed-linear 16-bit little-endian mono PCM at 8 kHz."""
+    """Signed-linear 16-bit little-endian mono PCM at the rate of its kind (8 kHz for
+    0x10)."""
 
     pcm: bytes
+    kind: int = Kind.SLIN
+
+    @property
+    def rate_hz(self) -> int:
+        return AUDIO_RATES_HZ[self.kind]
 
     def encode(self) -> bytes:
-        return HEADER.pack(Kind.SLIN, len(self.pcm)) + self.pcm
+        return HEADER.pack(self.kind, len(self.pcm)) + self.pcm
 
 
 @dataclass(frozen=True)
@@ -155,9 +197,9 @@ class FrameParser:
             if len(payload) != 1 or payload[0] not in DTMF_DIGITS:
                 raise FrameError("bad_dtmf", f"DTMF payload {payload!r} is not one digit")
             return Dtmf(payload.decode("ascii"))
-        if kind == Kind.SLIN:
+        if kind in AUDIO_KINDS:
             if not payload or len(payload) % 2:
                 raise FrameError("bad_audio",
                                  f"audio payload of {len(payload)} bytes (must be even, > 0)")
-            return Audio(payload)
+            return Audio(payload, kind)
         return Error(payload[0] if payload else None)

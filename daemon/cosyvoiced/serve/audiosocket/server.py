@@ -16,21 +16,30 @@ from cosyvoiced.config.schema import AudioSocketConfig
 from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.metrics import Metrics
-from cosyvoiced.serve.audiosocket.call import FRAME_SAMPLES, RATE_HZ, Call
+from cosyvoiced.serve.audiosocket.call import TICK_S, Call, listen_rate_for
 from cosyvoiced.serve.audiosocket.clock import CallClock
-from cosyvoiced.serve.audiosocket.frames import CallId, Frame, FrameParser, Hangup, Kind
+from cosyvoiced.serve.audiosocket.frames import (
+    AUDIO_KINDS,
+    MAX_FRAME_BYTES,
+    Audio,
+    CallId,
+    Error,
+    Frame,
+    FrameParser,
+    Hangup,
+    Kind,
+)
 from cosyvoiced.serve.peers import refuse_peer
 from cosyvoiced.serve.speech import Speech, Unavailable
 from cosyvoiced.serve.streams import Refused, Streams
 
 log = structlog.get_logger(__name__)
 
-TICK_S = FRAME_SAMPLES / RATE_HZ
-ACCEPTED_KINDS = frozenset({Kind.HANGUP, Kind.UUID, Kind.DTMF, Kind.SLIN, Kind.ERROR})
+ACCEPTED_KINDS = frozenset({Kind.HANGUP, Kind.UUID, Kind.DTMF, Kind.ERROR, *AUDIO_KINDS})
 MAX_PENDING = 64
-"""Connections that have not sent their call id yet (each waits at most
-`first_frame_timeout_s`); more are closed at once, so a flood of idle connections
-cannot pile up. Asterisk sends the id first thing."""
+"""Connections that have not sent their call id and first audio yet (each waits at most
+`first_frame_timeout_s` + `format_wait_ms`); more are closed at once, so a flood of idle
+connections cannot pile up. Asterisk sends the id first thing, audio right after."""
 CALL_BACKLOG_S = 2.0
 """Caller audio a call may hold beyond its capture ring: Asterisk sends 20 ms every 20 ms,
 so more is a peer sending faster than real time (dropped, counted, logged)."""
@@ -99,10 +108,12 @@ class AudioSocketServer:
             refuse_peer(writer, "audiosocket", peer, reason="too many connections without "
                         "a call id yet")
             return
-        parser = FrameParser(max_payload_bytes=4096, accepted_kinds=ACCEPTED_KINDS)
+        parser = FrameParser(max_payload_bytes=MAX_FRAME_BYTES, accepted_kinds=ACCEPTED_KINDS)
         self._pending += 1
         try:
             call_id, early = await self._first_frame(reader, parser, peer)
+            kind = Kind.SLIN if call_id is None else await self._caller_kind(reader, parser,
+                                                                             early)
         finally:
             self._pending -= 1
         if call_id is None:
@@ -113,7 +124,8 @@ class AudioSocketServer:
         try:
             self.streams.open("call", call_id)
             try:
-                listening = await self.speech.listen(RATE_HZ, call_id, CALL_BACKLOG_S)
+                listening = await self.speech.listen(listen_rate_for(kind), call_id,
+                                                     CALL_BACKLOG_S)
             except BaseException:
                 self.streams.close(call_id)
                 raise
@@ -126,7 +138,7 @@ class AudioSocketServer:
         try:
             try:
                 call = Call(call_id, reader, writer, parser, self.speech, listening,
-                            self.config, self.bus, self.metrics)
+                            self.config, self.bus, self.metrics, kind)
             except Exception as exc:  # e.g. EMFILE creating its ring: release, hang up
                 log.warning("call_setup_failed", call_id=call_id, error=type(exc).__name__)
                 try:
@@ -172,3 +184,33 @@ class AudioSocketServer:
             log.warning("audiosocket_no_call", peer=str(peer), reason=reason)
             return None, []
         return str(frames[0].id), frames[1:]
+
+    async def _caller_kind(self, reader: asyncio.StreamReader, parser: FrameParser,
+                           early: list[Frame]) -> int:
+        """The kind of the caller's first audio frame, which sets the call's format: read
+        (into `early`) for up to `format_wait_ms`; none by then, or the call ending
+        first: slin (8 kHz), the `AudioSocket()` application's format."""
+
+        def found(frames: list[Frame]) -> int | None:
+            for f in frames:
+                if isinstance(f, Audio):
+                    return f.kind
+                if isinstance(f, Hangup | Error):
+                    return Kind.SLIN
+            return Kind.SLIN if parser.error is not None else None
+
+        if (kind := found(early)) is not None:
+            return kind
+        try:
+            async with asyncio.timeout(self.config.format_wait_ms / 1000):
+                while True:
+                    data = await reader.read(65536)
+                    if not data:
+                        return Kind.SLIN  # the call's reader sees the end too
+                    frames = parser.feed(data)
+                    early.extend(frames)
+                    if (kind := found(frames)) is not None:
+                        return kind
+        except (TimeoutError, ConnectionError):
+            pass
+        return Kind.SLIN
