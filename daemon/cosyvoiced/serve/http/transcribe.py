@@ -53,7 +53,7 @@ def decode_upload(body: bytes, content_type: str, rate_param: str | None) -> tup
                                     f"{w.getnchannels()}-channel")
                 rate = w.getframerate()
                 data = w.readframes(w.getnframes())
-        except (wave.Error, EOFError) as exc:
+        except (wave.Error, EOFError, RuntimeError) as exc:  # RuntimeError: a chunk past the end
             raise api_error("bad_wav", f"not a readable WAV file: {exc}") from None
     elif content_type in ("application/octet-stream", "audio/l16", "audio/pcm"):
         try:
@@ -82,7 +82,7 @@ def upload_rate(body: bytes, content_type: str, rate_param: str | None) -> int:
         try:
             with wave.open(io.BytesIO(body)) as w:  # reads the header, not the frames
                 rate = w.getframerate()
-        except (wave.Error, EOFError) as exc:
+        except (wave.Error, EOFError, RuntimeError) as exc:  # RuntimeError: a chunk past the end
             raise api_error("bad_wav", f"not a readable WAV file: {exc}") from None
         if rate not in SUPPORTED_RATES_HZ:
             raise api_error("unsupported_rate", f"rate {rate} Hz; supported: "

@@ -43,7 +43,7 @@ def parse_header(line: bytes) -> tuple[dict[str, Any], int, int]:
     """The JSON header line -> (header, data_length, payload_length)."""
     try:
         header = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise WyomingProtocolError("bad_json", f"header is not JSON: {exc}") from None
     if not isinstance(header, dict) or not isinstance(header.get("type"), str):
         raise WyomingProtocolError("bad_header", 'header must be an object with a "type"')
@@ -76,6 +76,6 @@ async def read_event(reader: asyncio.StreamReader) -> Event | None:
         payload = await reader.readexactly(payload_length) if payload_length else None
     except asyncio.IncompleteReadError:
         raise WyomingProtocolError("truncated", "connection ended inside an event") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise WyomingProtocolError("bad_json", f"data block is not JSON: {exc}") from None
     return Event(type=header["type"], data=data, payload=payload)
