@@ -21,7 +21,7 @@ from cosyvoiced.config.schema import Config
 from cosyvoiced.listen.events import Transcript, VoiceStarted, VoiceStopped
 from cosyvoiced.tts.normalize.ssml import parse_ssml
 from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text
-from cosyvoiced.tts.synth import encode
+from cosyvoiced.tts.synthesis import encode
 from cosyvoiced.tts.voices import VoiceMeta, describe, discover, find_voice
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.errors import Overloaded, WorkerError

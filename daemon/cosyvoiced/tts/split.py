@@ -11,37 +11,26 @@ sentence, the flow and the vocoder stream after it, a small first chunk first.
 the flow's inputs (what the `/flow/` nodes read from the front),
 and extracts the three graphs (two, the flow in the front, where
 the flow cannot be split off), `tts.receptive` walks the convs for the context a window
-needs, `load_split` makes the sessions through the one factory (the split graphs cached
-beside the optimized ones, the decoder with the voice's 2-D rewrite) and checks the
-trimmed contexts chunks decode with on a probe sentence.
+needs, `tts.split_load` makes the sessions and checks them on a probe sentence. This
+module runs the parts.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import structlog
 
-from cosyvoiced.runtime.onnx import create_session, file_sha256, run, write_cache_file
-from cosyvoiced.tts.graph import DECODER, decoder_rewrite
-from cosyvoiced.tts.receptive import ReceptiveField, receptive_field
+from cosyvoiced.runtime.onnx import run
+from cosyvoiced.tts.receptive import ReceptiveField
 from cosyvoiced.tts.seam import (
-    FLOW,
     FlowSeam,
     Seam,
-    decoder_seam,
-    find_flow_seam,
-    find_seam,
-    split_flow,
-    split_model,
 )
-from cosyvoiced.tts.vocoder import pick_decoder, verdict_path
 
 log = structlog.get_logger(__name__)
 
@@ -71,16 +60,6 @@ sentence where less than half a block would be left): the remainder of a sentenc
 ~9 s in one run, a longer one in runs short enough (~60 ms) not to hold up a chunk. The
 flow then runs over a sentence's frames + 2 x (left + right) context frames (+ 18% on the
 bundled voice's 6 s sentence, none of it before the first audio)."""
-
-MIN_JOIN_SNR_DB = 60.0
-"""Chunks with trimmed contexts must join to the whole at least this close (else full)."""
-
-PROBE_PHONEMES = ("jʊɹ pˈeɪmənt wʌz ɹᵻsˈiːvd ðɪs mˈɔːɹnɪŋ, ænd ɐn ˈeɪdʒənt wɪl kˈɔːl "
-                  "juː bˈæk.")
-"""The load-time check's sentence (IPA, no espeak needed), noise off."""
-PROBE_FIRST_S, PROBE_CHUNK_S = 0.2, 0.5
-"""Its chunks: more seams than the engine's (0.2 s then 1 s), so the check is stricter."""
-
 
 def chunk_bounds(frames: int, size: int, first: int | None = None) -> list[tuple[int, int]]:
     """[start, stop) latent frames: `first` frames, then `size` each; a tail shorter than
@@ -260,219 +239,3 @@ def probe_footprint(voice: SplitVoice, latent: Mapping[str, np.ndarray], frame: 
         return (0, 0)
     at = frame * voice.field.hop
     return (at - int(changed[0]), int(changed[-1]) - at)
-
-
-def _save(model: Any, path: Path) -> bool:
-    """Write `model` to `path` atomically; False (logged) if the cache is unwritable."""
-    import onnx
-
-    return write_cache_file(path, lambda tmp: onnx.save_model(model, tmp), what="tts_split")
-
-
-class SplitPaths(NamedTuple):
-    """Where the split graphs of a voice are cached (`flow` only where the flow is split
-    off: written before the front, so a cached front means its flow is there too)."""
-
-    front: Path
-    flow: Path
-    decoder: Path
-    contexts: Path
-    """The load-time check's verdict on the trimmed contexts (`_trim_contexts`)."""
-
-
-def split_paths(model_path: str | os.PathLike[str], cache_dir: str | os.PathLike[str]
-                ) -> SplitPaths:
-    """Where the (front, flow, decoder) graphs of `model_path` are cached."""
-    stem = f"{Path(model_path).stem}-{file_sha256(model_path)[:32]}-{SPLIT_TAG}"
-    base = Path(cache_dir) / "onnx"
-    return SplitPaths(*(base / f"{stem}-{part}.onnx" for part in ("front", "flow", "decoder")),
-                      base / f"{stem}-contexts-d{DECODER_CONTEXT}-f{FLOW_CONTEXT}.json")
-
-
-def _snr_db(ref: np.ndarray, x: np.ndarray) -> float:
-    noise = float(np.sum((ref.astype(np.float64) - x) ** 2))
-    return float("inf") if noise == 0 else 10 * np.log10(float(np.sum(ref**2.0)) / noise)
-
-
-def probe_feeds(model_path: str, inputs: list[str], config_path: str | None = None
-                ) -> tuple[dict[str, np.ndarray], int] | None:
-    """(model inputs, sample rate) of `PROBE_PHONEMES` through the voice's phoneme map
-    (`config_path`, default its `.onnx.json`), noise off; None where the voice has no such
-    config or inputs."""
-    import json
-
-    from cosyvoiced.tts.phonemize import raw_phonemes, to_ids
-
-    try:
-        config = json.loads(Path(config_path or f"{model_path}.json").read_text(encoding="utf-8"))
-        ids = to_ids(raw_phonemes(PROBE_PHONEMES), config["phoneme_id_map"])
-        rate = int(config["audio"]["sample_rate"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if len(ids) < 20 or not set(inputs) <= {"input", "input_lengths", "scales", "sid"}:
-        return None
-    feeds = {"input": np.asarray([ids], dtype=np.int64),
-             "input_lengths": np.asarray([len(ids)], dtype=np.int64),
-             "scales": np.asarray([0.0, 1.0, 0.0], dtype=np.float32)}
-    if "sid" in inputs:
-        feeds["sid"] = np.zeros(1, dtype=np.int64)
-    return {k: v for k, v in feeds.items() if k in inputs}, rate
-
-
-def join_snr(voice: SplitVoice, feeds: Mapping[str, np.ndarray], size: int,
-             first: int | None = None) -> float:
-    """SNR (dB) of `feeds`' sentence through `sentence` + `decode_chunk` with the voice's
-    contexts against the same chunks with the full fields (exact: they join to the whole
-    sentence at > 120 dB, and no run is longer than a chunk's, so the check leaves ORT's
-    arenas the size synthesis makes them)."""
-    def joined(v: SplitVoice) -> np.ndarray:
-        sentence = v.sentence(feeds)
-        parts = [v.decode_chunk(sentence, a, b)
-                 for a, b in chunk_bounds(sentence.frames, size, first)]
-        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
-
-    return _snr_db(joined(replace(voice, context=None, flow_context=None)), joined(voice))
-
-
-def _trim_contexts(voice: SplitVoice, model_path: str, verdict: Path | None,
-                   config_path: str | None = None) -> None:
-    """Set the voice's contexts to `DECODER_CONTEXT` / `FLOW_CONTEXT` frames where the
-    probe sentence joins at >= `MIN_JOIN_SNR_DB` with them, else keep the fields (exact).
-    The verdict is cached at `verdict` (the probe costs ~0.5 s)."""
-    import json
-
-    def trimmed(field: ReceptiveField | None, frames: int) -> tuple[int, int] | None:
-        return None if field is None else (min(frames, field.left), min(frames, field.right))
-
-    full = (trimmed(voice.field, 1 << 30), trimmed(voice.flow_field, 1 << 30))
-    want = (trimmed(voice.field, DECODER_CONTEXT), trimmed(voice.flow_field, FLOW_CONTEXT))
-    if want == full:
-        return
-    try:
-        kept, snr = json.loads(verdict.read_text(encoding="utf-8")) if verdict else (None, 0)
-    except (OSError, ValueError):
-        kept, snr = None, 0
-    if not isinstance(kept, bool) or not isinstance(snr, float):
-        probe = probe_feeds(model_path, [i.name for i in voice.front.get_inputs()], config_path)
-        if probe is None:
-            log.info("tts_split_context", model=model_path, context="full",
-                     decoder=full[0], flow=full[1], reason="no probe sentence")
-            return
-        feeds, rate = probe
-        voice.context, voice.flow_context = want
-        snr = round(float(join_snr(voice, feeds, voice.frames_for(PROBE_CHUNK_S, rate),
-                                   voice.frames_for(PROBE_FIRST_S, rate))), 1)
-        kept = bool(snr >= MIN_JOIN_SNR_DB)
-        if verdict is not None:
-            text = json.dumps([kept, snr])
-            write_cache_file(verdict, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"),
-                             what="tts_split")
-    voice.context, voice.flow_context = want if kept else (None, None)
-    log.info("tts_split_context", model=model_path, context="trimmed" if kept else "full",
-             decoder=want[0] if kept else full[0], flow=want[1] if kept else full[1],
-             trimmed_snr_db=snr)
-
-
-def _walk_flow(flow: Any, seam: FlowSeam, model_path: str) -> ReceptiveField | None:
-    """The flow's field, or None (logged: the flow stays in the front) where not known."""
-    try:
-        return receptive_field(flow, list(seam.inputs))
-    except ValueError as exc:
-        log.info("tts_flow_path", model=model_path, path="front", reason=str(exc))
-        return None
-
-
-def load_split(model_path: str | os.PathLike[str], *, threads: int = 1,
-               cache_dir: str | os.PathLike[str] | None = None,
-               prefix: str = DECODER, flow_prefix: str = FLOW,
-               vocoder: str = "fp32", chunks_s: tuple[float, ...] = (0.25, 1.0),
-               config_path: str | os.PathLike[str] | None = None) -> SplitVoice | None:
-    """The voice at `model_path` as front + flow + decoder sessions (the flow in the front
-    where it cannot be split off), or None (logged: the caller keeps the whole graph)
-    where it has no seam or its decoder's reach is not known. Chunks decode with trimmed
-    contexts where the probe sentence says they join close enough (`_trim_contexts`)."""
-    import onnx
-
-    model_path = str(model_path)
-    config = str(config_path) if config_path is not None else None
-    paths = split_paths(model_path, cache_dir) if cache_dir is not None else None
-    cached = paths is not None and paths.front.is_file() and paths.decoder.is_file()
-    models: dict[str, Any] = {}  # front / flow / decoder graphs (the front not read if cached)
-    flow_seam: FlowSeam | None = None
-    if paths is not None and cached:
-        models["decoder"] = onnx.load(str(paths.decoder))
-        seam = decoder_seam(models["decoder"],
-                             tuple(o.name for o in models["decoder"].graph.output), prefix)
-        if paths.flow.is_file():
-            models["flow"] = onnx.load(str(paths.flow))
-            flow_seam = FlowSeam(tuple(i.name for i in models["flow"].graph.input),
-                                 models["flow"].graph.output[0].name)
-    else:
-        model = onnx.load(model_path)
-        seam = find_seam(model, prefix)
-        flow_seam = find_flow_seam(model, seam, flow_prefix) if seam is not None else None
-        if seam is not None and flow_seam is not None:
-            models = dict(zip(("front", "flow", "decoder"), split_flow(model, seam, flow_seam),
-                              strict=True))
-        elif seam is not None:
-            models = dict(zip(("front", "decoder"), split_model(model, seam), strict=True))
-    if seam is None:
-        log.info("tts_decode_path", model=model_path, path="whole", reason="no latent seam")
-        return None
-    try:
-        field = receptive_field(models["decoder"], seam.latent)
-    except ValueError as exc:
-        log.info("tts_decode_path", model=model_path, path="whole", reason=str(exc))
-        return None
-    flow_field = None
-    if flow_seam is not None:
-        flow_field = _walk_flow(models["flow"], flow_seam, model_path)
-        if flow_field is None and cached:  # its cached front ends before the flow
-            log.info("tts_decode_path", model=model_path, path="whole", reason="cached flow")
-            return None
-        if flow_field is None:
-            flow_seam = None
-            models = dict(zip(("front", "decoder"), split_model(model, seam), strict=True))
-    kinds = ("front", "flow", "decoder") if flow_seam is not None else ("front", "decoder")
-    if not cached and paths is not None and not all(_save(models[k], getattr(paths, k))
-                                                    for k in reversed(kinds)):
-        paths = None  # written front last: a cached front means the rest is there
-    rewrite = decoder_rewrite(threads)
-
-    def session(kind: str) -> Any:
-        wanted = rewrite if kind == "decoder" else None
-        if paths is not None:
-            return create_session(getattr(paths, kind), threads=threads, cache_dir=cache_dir,
-                                  rewrite=wanted, shared_weights=True)
-        if wanted is not None:  # in memory (no cache, or it is unwritable): rewritten here
-            try:
-                wanted.apply(models[kind])
-            except ValueError as exc:
-                log.info("graph_rewrite_skipped", model=model_path, rewrite=wanted.tag,
-                         reason=str(exc))
-        return create_session(models[kind].SerializeToString(), threads=threads)
-
-    sessions = {k: session(k) for k in kinds}
-    voice = SplitVoice(sessions["front"], sessions["decoder"], seam, field,
-                       flow=sessions.get("flow"), flow_seam=flow_seam, flow_field=flow_field)
-    outputs = {o.name for o in voice.front.get_outputs()}
-    if set(voice._front_outputs()) != outputs:  # a cache entry that does not fit
-        log.warning("tts_decode_path", model=model_path, path="whole",
-                    reason=f"front outputs {sorted(outputs)}")
-        return None
-    _trim_contexts(voice, model_path, paths.contexts if paths is not None else None, config)
-    probe = probe_feeds(model_path, [i.name for i in voice.front.get_inputs()], config) \
-        if vocoder != "fp32" else None
-    left, right = voice.context or (field.left, field.right)
-    sizes = [voice.frames_for(s, probe[1]) + left + right for s in chunks_s] if probe else []
-    voice.fast, voice.vocoder = pick_decoder(
-        vocoder, voice.decoder, models["decoder"].SerializeToString(),
-        voice.latent(probe[0]) if probe is not None else None, seam.latent, sizes,
-        threads=threads, cache_dir=str(cache_dir) if cache_dir is not None else None,
-        model=model_path,
-        verdict=verdict_path(paths.contexts, threads, sizes) if paths is not None else None)
-    flow = None if flow_field is None else voice.flow_context or (flow_field.left,
-                                                                  flow_field.right)
-    log.info("tts_decode_path", model=model_path, path="split", latent=seam.latent,
-             hop=field.hop, context=voice.context or (field.left, field.right), flow=flow)
-    return voice

@@ -26,7 +26,8 @@ from cosyvoiced.tts.errors import (
     UnknownVoice,
 )
 from cosyvoiced.tts.graph import decoder_rewrite
-from cosyvoiced.tts.split import SplitVoice, load_split
+from cosyvoiced.tts.split import SplitVoice
+from cosyvoiced.tts.split_load import load_split
 
 log = structlog.get_logger(__name__)
 

@@ -9,7 +9,7 @@ from cosyvoiced.tts import errors
 from cosyvoiced.tts.normalize.segments import Pause, Phonemes, Speech
 from cosyvoiced.tts.plan import Clause, PlanLimits, cut_long, plan
 from cosyvoiced.tts.request import SynthesisOptions, check_text
-from cosyvoiced.tts.synth import encode, fade_edges, trim_trailing_silence
+from cosyvoiced.tts.synthesis import encode, fade_edges, trim_trailing_silence
 from cosyvoiced.tts.voices import validate_name
 
 LIMITS = PlanLimits(min_clause_chars=12, max_clause_chars=60, first_clause_max_chars=30,

