@@ -2,8 +2,9 @@
 SIGHUP) and SSML `<phoneme>`/`<sub>`, judged by what Whisper hears.
 
 The brand names are made up and spelled so that the voice's own reading is heard as
-something else ("Qyxelle" as "Kicksell"); with the entry, Whisper hears the real word
-the IPA spells ("pixel")."""
+something else ("Qyxelle" as "kxl" or "kexel", by vocoder); with the entry, Whisper hears
+the real word the IPA spells ("banana": far from any reading of the spelling, where a
+near word such as "pixel" was sometimes heard without the entry too)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import soxr
 from cosyvoiced.listen.asr import WhisperAsr
 
 TEXT = "Thank you for calling Qyxelle support."
-LEXICON = '[ipa]\nQyxelle = "pˈɪksəl"\n\n[say]\nGhoyce = "choice"\n'
+LEXICON = '[ipa]\nQyxelle = "bənˈænə"\n\n[say]\nGhoyce = "choice"\n'
 
 
 @pytest.fixture(scope="module")
@@ -74,12 +75,12 @@ def test_lexicon_entry_makes_a_brand_name_heard_right_and_reloads(daemon_factory
     d.wait_ready()
     base = _base(d)
     before = _hear(judge, base, TEXT)
-    assert "pixel" not in before, before
+    assert "banana" not in before, before
 
     lex.write_text(LEXICON)
     _hup(d)
     after = _hear(judge, base, TEXT)
-    assert "pixel" in after, after
+    assert "banana" in after, after
     assert "thank you for calling" in after  # the word stayed inside its sentence
     assert "choice" in _hear(judge, base, "Welcome to Ghoyce.")  # a [say] respelling
     loaded = [e for e in d.log_events() if e.get("event") == "lexicon_loaded"]
@@ -89,7 +90,7 @@ def test_lexicon_entry_makes_a_brand_name_heard_right_and_reloads(daemon_factory
     _hup(d)
     rejected = [e for e in d.log_events() if e.get("event") == "lexicon_rejected"]
     assert rejected and "Qyxelle" in rejected[-1]["error"]
-    assert "pixel" in _hear(judge, base, TEXT)
+    assert "banana" in _hear(judge, base, TEXT)
     d.signal(signal.SIGTERM)
     assert d.wait() == 0
 
@@ -98,10 +99,10 @@ def test_ssml_phoneme_and_sub_are_heard_and_a_bad_ph_is_a_400(daemon_factory, ju
     d = daemon_factory().start()
     d.wait_ready()
     base = _base(d)
-    doc = ('<speak>Thank you for calling <phoneme alphabet="ipa" ph="pˈɪksəl">Qyxelle'
+    doc = ('<speak>Thank you for calling <phoneme alphabet="ipa" ph="bənˈænə">Qyxelle'
            '</phoneme> support, and <sub alias="choice">Ghoyce</sub> rewards.</speak>')
     heard = _hear(judge, base, doc, ssml=True)
-    assert "pixel" in heard and "choice" in heard, heard
+    assert "banana" in heard and "choice" in heard, heard
     status, body = _post(base, {"text": '<speak><phoneme ph="x9">x</phoneme></speak>',
                                 "ssml": True})
     assert status == 400 and b"bad_ssml" in body, body

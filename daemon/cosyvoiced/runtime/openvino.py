@@ -78,7 +78,10 @@ def create_ov_sessions(model: str | os.PathLike[str] | io.BytesIO, *,
     }
     core = ov.Core()
     if cache_dir is not None:  # compiled blobs: a warm start skips compilation
-        core.set_property({"CACHE_DIR": str(Path(cache_dir) / "openvino")})
+        try:
+            core.set_property({"CACHE_DIR": str(Path(cache_dir) / "openvino")})
+        except RuntimeError as exc:  # read-only or full: compile every start instead
+            log.warning("openvino_cache_unwritable", path=str(cache_dir), error=str(exc))
     try:
         read = ov.convert_model(model if isinstance(model, io.BytesIO) else str(model),
                                 input=[(name, ov.PartialShape(list(dims)))  # ranks known
