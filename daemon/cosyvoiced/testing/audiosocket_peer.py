@@ -66,6 +66,10 @@ class PeerCall:
         """Frames that are not all zero (comfort silence is)."""
         return [r for r in self.received if not r.silent]
 
+    def speech_samples(self) -> int:
+        """Samples in `speech_frames()` (what was said, comfort silence left out)."""
+        return sum(len(r.pcm) for r in self.received if not r.silent) // 2
+
     def speech_times(self) -> np.ndarray:
         """Arrival times of `speech_frames()` (what first-audio and barge-in are timed on)."""
         return np.array([r.at_s for r in self.received if not r.silent])
