@@ -141,8 +141,10 @@ def test_an_idle_daemon_hands_a_download_out_as_fast_as_it_makes_it(daemon_facto
     assert audio_s > 25.0
     if work_conserving:  # the engine's RTF is ~0.1 at one thread here: ~3 s of work
         assert took_s < 0.5 * audio_s, (took_s, audio_s)
-    else:  # paced: played out in real time but for the lookahead and the ring
-        assert took_s > audio_s - 3.0 - 1.0, (took_s, audio_s)
+    else:  # paced: in real time but for the lookahead (3 s), the step that may go beyond
+        # it (a sentence's tail joins its last chunk: up to 1.5 s) and the ring (measured:
+        # 28.0 s of audio in 23.9 s, the bf16 vocoder's steps landing just past 4 s ahead)
+        assert took_s > audio_s - 3.0 - 1.5 - 0.5, (took_s, audio_s)
     d.signal(signal.SIGTERM)
     assert d.wait() == 0
 
