@@ -16,13 +16,15 @@ import typing
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-SCHEMA = REPO / "daemon" / "cosyvoiced" / "config" / "schema.py"
+SCHEMA = [REPO / "daemon" / "cosyvoiced" / "config" / name
+          for name in ("schema.py", "listeners.py")]
+"""The modules whose dataclasses make up `Config`."""
 
 
 def field_docs() -> dict[str, dict[str, str]]:
     """{class name: {field: doc}} from the strings right under each field."""
     out: dict[str, dict[str, str]] = {}
-    for node in ast.parse(SCHEMA.read_text()).body:
+    for node in (n for path in SCHEMA for n in ast.parse(path.read_text()).body):
         if isinstance(node, ast.ClassDef):
             docs: dict[str, str] = {}
             body = node.body

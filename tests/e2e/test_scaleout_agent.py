@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cosyvoiced.config.schema import AgentConfig
+from cosyvoiced.config.listeners import AgentConfig
 from cosyvoiced.serve.agent import AgentServer, Capacity
 from cosyvoiced.testing.haproxy import Box, Haproxy, free_port
 

@@ -24,7 +24,8 @@ from aiohttp.test_utils import TestServer
 from structlog.testing import capture_logs
 
 import cosyvoiced
-from cosyvoiced.config.schema import AudioSocketConfig, VadConfig
+from cosyvoiced.config.listeners import AudioSocketConfig
+from cosyvoiced.config.schema import VadConfig
 from cosyvoiced.listen.events import EventBus, Transcript
 from cosyvoiced.runtime.metrics import Metrics
 from cosyvoiced.serve.audiosocket.server import AudioSocketServer

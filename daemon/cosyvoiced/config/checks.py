@@ -20,7 +20,8 @@ from cosyvoiced.config.addr import (
     parse_allow_from,
 )
 from cosyvoiced.config.cpus import CpuListError, parse_cpu_list
-from cosyvoiced.config.schema import ApiConfig, Config, VadConfig, WorkersConfig
+from cosyvoiced.config.listeners import ApiConfig
+from cosyvoiced.config.schema import Config, VadConfig, WorkersConfig
 
 
 def config_problems(config: Config) -> list[tuple[str, str]]:

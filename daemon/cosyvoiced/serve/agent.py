@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import structlog
 
 from cosyvoiced.config.addr import AGENT_FORMS, ListenAddress, parse_allow_from, peer_allowed
-from cosyvoiced.config.schema import AgentConfig
+from cosyvoiced.config.listeners import AgentConfig
 from cosyvoiced.serve.peers import refuse_peer
 
 log = structlog.get_logger(__name__)

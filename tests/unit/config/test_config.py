@@ -12,7 +12,8 @@ import pytest
 
 from cosyvoiced.config import Config, ConfigError, changed_keys, dump_config, load_config
 from cosyvoiced.config.checks import config_problems
-from cosyvoiced.config.schema import ApiConfig, VadConfig
+from cosyvoiced.config.listeners import ApiConfig
+from cosyvoiced.config.schema import VadConfig
 
 BIN = Path(sys.executable).parent
 

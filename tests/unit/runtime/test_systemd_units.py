@@ -75,7 +75,7 @@ def _fds_per_call(k: int) -> int:
     adds its capture ring and, while it speaks, a TTS ring (created here as the pool
     does). The peers' own sockets are in this process too: the count errs high."""
     from cosyvoiced.audio.ring import Ring
-    from cosyvoiced.config.schema import AudioSocketConfig
+    from cosyvoiced.config.listeners import AudioSocketConfig
     from cosyvoiced.listen.events import EventBus
     from cosyvoiced.runtime.metrics import Metrics
     from cosyvoiced.serve.audiosocket.server import AudioSocketServer
@@ -195,7 +195,8 @@ def test_rt_priority_ceiling_agrees_with_the_config(repo_root):
     the unit allows nothing above what a config can ask for."""
     import dataclasses
 
-    from cosyvoiced.config.schema import AudioDeviceConfig, AudioSocketConfig
+    from cosyvoiced.config.listeners import AudioSocketConfig
+    from cosyvoiced.config.schema import AudioDeviceConfig
 
     s = _unit_settings(repo_root)
     ceiling = int(s["LimitRTPRIO"])

@@ -8,7 +8,7 @@ import pytest
 from aiohttp import ClientSession
 from aiohttp.test_utils import TestServer
 
-from cosyvoiced.config.schema import AgentConfig
+from cosyvoiced.config.listeners import AgentConfig
 from cosyvoiced.serve.agent import AgentServer, Capacity, max_calls
 from cosyvoiced.serve.http.app import make_app
 from tests.fakes.daemon import FakeDaemon

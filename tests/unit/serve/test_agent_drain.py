@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from cosyvoiced.config import Config
-from cosyvoiced.config.schema import AgentConfig
+from cosyvoiced.config.listeners import AgentConfig
 from cosyvoiced.serve.agent import AgentServer
 from cosyvoiced.serve.streams import Refused
 from cosyvoiced.service import Daemon

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from cosyvoiced.config.addr import parse_allow_from, peer_allowed
-from cosyvoiced.config.schema import AudioSocketConfig
+from cosyvoiced.config.listeners import AudioSocketConfig
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.metrics import Metrics
 from cosyvoiced.serve.audiosocket.frames import Audio, CallId, Hangup, Kind

@@ -11,7 +11,7 @@ import pytest
 from aiohttp import ClientSession, WSMsgType
 from aiohttp.test_utils import TestServer
 
-from cosyvoiced.config.schema import AudioSocketConfig
+from cosyvoiced.config.listeners import AudioSocketConfig
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.metrics import Metrics
 from cosyvoiced.serve.audiosocket.frames import AUDIO_RATES_HZ, Audio, Kind, kind_name

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from cosyvoiced.config.schema import AgentConfig
+from cosyvoiced.config.listeners import AgentConfig
 from cosyvoiced.serve.agent import Capacity
 from cosyvoiced.testing.haproxy import REPO, SHIPPED, Box, check_config, render
 

@@ -414,7 +414,8 @@ def test_websocket_prepare_failure_releases_the_stream(monkeypatch):
 def test_slow_clients_are_cut_off_after_the_request_timeout(tmp_path):
     """A connection that sends nothing, or trickles its head or a JSON body, is closed
     (408 for a body) after `api.request_timeout_s`; a prompt client is served meanwhile."""
-    from cosyvoiced.config.schema import ApiConfig, Config, ServiceConfig
+    from cosyvoiced.config.listeners import ApiConfig
+    from cosyvoiced.config.schema import Config, ServiceConfig
     from cosyvoiced.serve.http.server import HttpServer
 
     config = Config(api=ApiConfig(listen=("tcp://127.0.0.1:0",), request_timeout_s=0.5),

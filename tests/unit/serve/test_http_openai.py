@@ -14,7 +14,8 @@ import pytest
 from aiohttp import FormData
 
 from cosyvoiced.audio.container import decode
-from cosyvoiced.config.schema import Config, OpenAIConfig, OpenAIVoices
+from cosyvoiced.config.listeners import OpenAIConfig, OpenAIVoices
+from cosyvoiced.config.schema import Config
 from tests.fakes.daemon import FakeDaemon, wav_bytes
 from tests.fakes.speech import FakeSpeech
 from tests.unit.serve.test_http_api import run as run_any

@@ -28,7 +28,8 @@ from wyoming.tts import (
 )
 from wyoming.vad import VoiceStarted, VoiceStopped
 
-from cosyvoiced.config.schema import TtsConfig, WyomingConfig
+from cosyvoiced.config.listeners import WyomingConfig
+from cosyvoiced.config.schema import TtsConfig
 from cosyvoiced.serve.streams import Streams
 from cosyvoiced.serve.wyoming.server import WyomingServer
 from cosyvoiced.serve.wyoming.wire import WyomingProtocolError, parse_header

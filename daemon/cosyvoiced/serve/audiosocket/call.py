@@ -31,7 +31,7 @@ import structlog
 from cosyvoiced.audio.codec import s16_to_f32
 from cosyvoiced.audio.resample import SUPPORTED_RATES_HZ, StreamResampler
 from cosyvoiced.audio.ring import Ring
-from cosyvoiced.config.schema import AudioSocketConfig
+from cosyvoiced.config.listeners import AudioSocketConfig
 from cosyvoiced.listen.events import (
     BargeIn,
     CallEnded,

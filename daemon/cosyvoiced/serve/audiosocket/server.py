@@ -12,7 +12,7 @@ import contextlib
 import structlog
 
 from cosyvoiced.config.addr import AUDIOSOCKET_FORMS, ListenAddress, parse_allow_from, peer_allowed
-from cosyvoiced.config.schema import AudioSocketConfig
+from cosyvoiced.config.listeners import AudioSocketConfig
 from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.metrics import Metrics

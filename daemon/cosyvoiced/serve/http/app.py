@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import structlog
 from aiohttp import web
 
-from cosyvoiced.config.schema import OpenAIConfig
+from cosyvoiced.config.listeners import OpenAIConfig
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.metrics import CONTENT_TYPE, Metrics
 from cosyvoiced.serve.agent import Capacity

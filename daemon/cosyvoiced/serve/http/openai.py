@@ -20,7 +20,7 @@ import numpy as np
 from aiohttp import BodyPartReader, web
 
 from cosyvoiced.audio.container import DecodeError, decode
-from cosyvoiced.config.schema import OpenAIConfig
+from cosyvoiced.config.listeners import OpenAIConfig
 from cosyvoiced.listen.events import Transcript
 from cosyvoiced.serve.errors import api_error
 from cosyvoiced.serve.http.body import AudioBody

@@ -50,7 +50,8 @@ from cosyvoiced import __version__
 from cosyvoiced.audio.codec import s16_to_f32
 from cosyvoiced.audio.resample import StreamResampler
 from cosyvoiced.config.addr import WYOMING_FORMS, ListenAddress, parse_allow_from, peer_allowed
-from cosyvoiced.config.schema import TtsConfig, WyomingConfig
+from cosyvoiced.config.listeners import WyomingConfig
+from cosyvoiced.config.schema import TtsConfig
 from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.events import Transcript as TranscriptEvent
 from cosyvoiced.listen.events import VoiceStarted as VoiceStartedEvent
