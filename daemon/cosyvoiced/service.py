@@ -11,7 +11,6 @@ import os
 import signal
 import time
 from collections.abc import Sequence
-from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from cosyvoiced import __version__
 from cosyvoiced.audio import shm
 from cosyvoiced.config import Config, ConfigError, ConfigProblem, changed_keys, load_config
 from cosyvoiced.config.addr import parse_allow_from
-from cosyvoiced.listen.asr import AsrError, bundled_model_dir
+from cosyvoiced.config.loader import merge_live
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.health import Health, Heartbeat
 from cosyvoiced.runtime.log import set_level
@@ -34,17 +33,14 @@ from cosyvoiced.serve.http.server import HttpServer
 from cosyvoiced.serve.speech import PoolSpeech, Speech
 from cosyvoiced.serve.streams import Streams
 from cosyvoiced.serve.wyoming.server import WyomingServer
-from cosyvoiced.tts.errors import TtsError
 from cosyvoiced.tts.normalize.lexicon import Lexicon, LexiconError, load_lexicon
-from cosyvoiced.tts.voices import find_voice
 from cosyvoiced.workers.pool.pool import WorkerPool
+from cosyvoiced.workers.preflight import model_problems
 
 log = structlog.get_logger(__name__)
 
 LOOP_BEAT_S = 0.25
 STATUS_EVERY_S = 2.0
-WHISPER_FILES = ("model.bin", "config.json", "tokenizer.json")
-"""What `WhisperAsr` loads from a model directory."""
 
 
 class Daemon:
@@ -352,7 +348,7 @@ class Daemon:
         self.streams.max_streams = new.workers.max_streams
         self.streams.reserved_for_calls = new.workers.streams_reserved_for_calls
         # Only live keys take effect; the rest keep their running values until restart.
-        self.config = _merge_live(self.config, new)
+        self.config = merge_live(self.config, new)
         if self.pool:
             self.pool.reconfigure(self.config.workers)
             self.pool.reconfigure_listen(self.config.vad, self.config.asr)
@@ -381,49 +377,3 @@ class Daemon:
             return
         self.pool.set_lexicon(lexicon)
         log.info("lexicon_loaded", path=path, entries=len(lexicon))
-
-
-def model_problems(config: Config) -> list[tuple[str, str]]:
-    """(key, one-line reason) for each model the workers would fail to load: the default
-    voice (`tts.voice`, in `tts.voices_dirs` or bundled) and, with ASR on, Whisper
-    (`asr.model_dir`, or the bundled model)."""
-    out: list[tuple[str, str]] = []
-    try:
-        voice = find_voice(config.tts.voice, config.tts.voices_dirs)
-    except TtsError as exc:
-        out.append(("tts.voice", str(exc)))
-    else:
-        bad = [why for why in map(_unreadable, (voice.model_path, voice.config_path)) if why]
-        if bad:
-            out.append(("tts.voice", f"voice {voice.name!r} cannot be read: {bad[0]}"))
-    if config.asr.enabled:
-        try:
-            model_dir = Path(config.asr.model_dir) if config.asr.model_dir else bundled_model_dir()
-        except AsrError as exc:
-            out.append(("asr.model_dir", str(exc)))
-        else:
-            bad = [why for why in (_unreadable(model_dir / n) for n in WHISPER_FILES) if why]
-            if bad:
-                out.append(("asr.model_dir", f"no Whisper model in {str(model_dir)!r}: "
-                                             + "; ".join(bad)))
-    return out
-
-
-def _unreadable(path: Path) -> str | None:
-    """Why `path` cannot be read as a file, or None."""
-    try:
-        with open(path, "rb") as f:
-            f.read(1)
-    except OSError as exc:
-        return f"{path.name}: {exc.strerror or exc}"
-    return None
-
-
-def _merge_live(old: Config, new: Config) -> Config:
-    """`old` with every field marked live taken from `new`."""
-    sections = {}
-    for section in fields(Config):
-        a, b = getattr(old, section.name), getattr(new, section.name)
-        live = {f.name: getattr(b, f.name) for f in fields(a) if f.metadata.get("live")}
-        sections[section.name] = replace(a, **live)
-    return replace(old, **sections)

@@ -13,7 +13,7 @@ import re
 import tomllib
 import types
 import typing
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, fields, is_dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -278,3 +278,13 @@ def _to_plain(obj: Any) -> Any:
     if isinstance(obj, tuple):
         return [_to_plain(v) for v in obj]
     return obj
+
+
+def merge_live(old: Config, new: Config) -> Config:
+    """`old` with every field marked live taken from `new`."""
+    sections = {}
+    for section in fields(Config):
+        a, b = getattr(old, section.name), getattr(new, section.name)
+        live = {f.name: getattr(b, f.name) for f in fields(a) if f.metadata.get("live")}
+        sections[section.name] = replace(a, **live)
+    return replace(old, **sections)
