@@ -27,13 +27,14 @@ install-test: $(BIN)/.stamp-test
 lint: $(BIN)/.stamp-test
 	$(BIN)/ruff check daemon tests tools
 
-# The suites, then the load ramp side by side with Piper's servers (medium profile: +2 streams
+# The suites, then the load ramp side by side with Piper's servers and cosyvoiced with its
+# admission limit out of the way, one knee rule for all (medium profile: +2 streams
 # every 20 s, sized for small boxes), which rewrites the ramp section of docs/performance.md
 # and the plots in docs/loadgen/.
 bench: $(BIN)/.stamp-test
 	for s in tts download prompts io streams features asr listen calls encode scaleout; do $(BIN)/python -m tools.bench $$s || true; done
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --mix tts=2,call=1,wyoming=1 \
-		--idle-calls 60 --peers piper-http,wyoming-piper --nice -10 --docs
+		--idle-calls 60 --peers piper-http,wyoming-piper,cosyvoiced-noadmit --nice -10 --docs
 
 $(VENV)/.stamp-system: Makefile
 	@missing=$$(for p in $(APT_PACKAGES); do \

@@ -16,12 +16,14 @@ Definitions (the same for every server; see `tools.loadgen.stats`): a listener p
 at real-time pace from its first audio. *First audio* = request sent to first audio byte
 received. *Underrun* = a gap the listener hears. *Latency ratio* of a reply = (time from
 the request until the listener has heard it all) / (its audio length); 1.0 is real time.
-The knee is the first step whose p95 latency ratio is above 2.0 ("latency above 2x real
-time"), or with any underrun, or any admission refusal. *Sustained* = the streams of the
-last step before the knee.
+The knee, the same rule for every server, is the first step whose p95 latency ratio is
+above 2.0 ("latency above 2x real time"), a refused or failed request counting as a reply
+never heard. *Sustained* = the streams of the last step before the knee. The stricter
+bar: no gap heard, nothing refused or failed, first audio p95 within 1 s.
 
 Side by side, in the same invocation: the same ramp with a TTS-only mix against
-cosyvoiced (`tts`), Piper's own HTTP server (`python -m piper.http_server`, whole WAV per
+cosyvoiced (`tts`), cosyvoiced with admission out of the way (`cosyvoiced-noadmit`:
+what its scheduler does past capacity), Piper's own HTTP server (`python -m piper.http_server`, whole WAV per
 request) and wyoming-piper (Wyoming, one chunk burst per sentence), on the same voice
 file, pinned to the same CPUs (`--cpus`). The servers take turns step by step (all up,
 one loaded at a time: cosyvoiced's step 1, Piper's step 1, ..., then step 2), so the
@@ -60,8 +62,10 @@ from tools.loadgen.stats import PROFILES, Profile, loadavg_1m
 from tools.loadgen.streams import CallStream
 
 REPO = Path(__file__).resolve().parents[2]
-PEERS = ("piper-http", "wyoming-piper")
-PEER_KIND = {"piper-http": "piper", "wyoming-piper": "wyoming"}
+PEERS = ("piper-http", "wyoming-piper", "cosyvoiced-noadmit")
+PEER_KIND = {"piper-http": "piper", "wyoming-piper": "wyoming", "cosyvoiced-noadmit": "tts"}
+NO_ADMISSION = ("workers.admit_busy_max=4.0", "workers.max_streams=100000")
+"""cosyvoiced with admission out of the way: what its scheduler does past capacity."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -230,9 +234,16 @@ def side_by_side(args: argparse.Namespace, server: Server, wanted: list[str], pr
     loaded at a time, step by step), or one server after the other (--sequential)."""
 
     def start(name: str) -> Server | None:
-        fn = peers.start_piper_http if name == "piper-http" else peers.start_wyoming_piper
         try:
-            m, peer = fn(tmp, args.cpus, args.peer_timeout_s)
+            if name == "cosyvoiced-noadmit":
+                (tmp / name).mkdir()
+                m, peer = peers.start_cosyvoiced(tmp / name, args.cpus, args.workers,
+                                                 NO_ADMISSION)
+                peer.name = name
+            else:
+                fn = peers.start_piper_http if name == "piper-http" else \
+                    peers.start_wyoming_piper
+                m, peer = fn(tmp, args.cpus, args.peer_timeout_s)
         except peers.PeerError as exc:
             print(f"{name}: not run: {exc}", file=sys.stderr)
             meta.setdefault("peers_not_run", {})[name] = str(exc)[:500]

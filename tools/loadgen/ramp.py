@@ -34,6 +34,7 @@ from tools.loadgen.stats import (
     percentile,
     process_tree,
     pss_mb,
+    ratio_p95,
     runqueue_wait_s,
 )
 from tools.loadgen.streams import KINDS, REPLIES, CallController, CallStream, Endpoints, Gate, Reply
@@ -113,7 +114,8 @@ def step_stats(index: int, streams: int, replies: list[Reply],
         step=index, streams=streams, replies=len(heard),
         ttfa_p50_ms=percentile(ttfa_ms, 50), ttfa_p95_ms=percentile(ttfa_ms, 95),
         ttfa_p99_ms=percentile(ttfa_ms, 99),
-        ratio_p95=percentile([h.ratio for h in heard], 95),
+        ratio_p95=ratio_p95([h.ratio for h in heard],
+                            sum(1 for r in replies if r.refused or r.error)),
         transcript_p95_ms=percentile(tr_ms, 95),
         underruns=sum(h.underruns for h in heard) + int(c.get("underruns", 0)),
         underruns_by_kind=by_kind,

@@ -13,12 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from tools.loadgen.ramp import RampResult
-from tools.loadgen.stats import RATIO_MAX, slope_per_stream
+from tools.loadgen.stats import (
+    RATIO_MAX,
+    TTFA_BOUND_MS,
+    StepStats,
+    slope_per_stream,
+    strict_reasons,
+)
 
 BEGIN = "<!-- loadgen:begin -->"
 END = "<!-- loadgen:end -->"
-TTFA_BOUND_MS = 1000.0
-"""The second, stricter comparison: streams served with p95 first audio within this."""
 PLOTS = ("latency.png", "resources.png", "failures.png")
 
 
@@ -32,19 +36,33 @@ def machine() -> dict[str, Any]:
             elif line.startswith("flags") and not flags:
                 flags = set(line.split(":", 1)[1].split())
     return {"cpu": model, "nproc": os.cpu_count(), "avx512_vnni": "avx512_vnni" in flags,
+            "amx_bf16": "amx_bf16" in flags,
             "python": platform.python_version(), "kernel": platform.release()}
 
 
-def sustained(steps: list[dict[str, Any]], knee: int | None,
-              ttfa_ms: float = math.inf) -> int:
-    """Streams of the last step before the knee (and, with ttfa_ms, of the last one in the
-    unbroken run of steps from the start whose first audio p95 was within it); 0: none."""
+def sustained(steps: list[dict[str, Any]], knee: int | None) -> int:
+    """Streams of the last step before the knee; 0: none."""
+    before = steps[:knee] if knee is not None else steps
+    return before[-1]["streams"] if before else 0
+
+
+def strict_sustained(steps: list[dict[str, Any]]) -> int:
+    """Streams of the last step in the unbroken run from the start that met the stricter
+    bar (`strict_reasons`); 0: none."""
     best = 0
-    for s in steps[:knee] if knee is not None else steps:
-        if (s["ttfa_p95_ms"] if s["ttfa_p95_ms"] is not None else math.inf) > ttfa_ms:
+    for s in steps:
+        if strict_reasons(_stats(s)):
             break
         best = s["streams"]
     return best
+
+
+def _stats(step: dict[str, Any]) -> StepStats:
+    """A step of the JSON document back as StepStats (null figures: NaN)."""
+    known = {f.name for f in dataclasses.fields(StepStats)}
+    return StepStats(**{k: (math.nan if v is None and k not in ("worker_busy",
+                                                                  "underruns_by_kind") else v)
+                        for k, v in step.items() if k in known})
 
 
 def pss_slope(steps: list[dict[str, Any]], knee: int | None) -> float:
@@ -75,7 +93,7 @@ def derive(doc: dict[str, Any]) -> dict[str, Any]:
         steps, knee, held = r["steps"], r["knee_step"], r.get("held_knee_step")
         r["sustained_streams"] = sustained(steps, knee)
         r["sustained_streams_held"] = sustained(steps, held)
-        r["sustained_streams_ttfa_1s"] = sustained(steps, held, TTFA_BOUND_MS)
+        r["sustained_streams_strict"] = strict_sustained(steps)
         r["pss_mb_per_stream"] = _num(pss_slope(steps, knee))
         past = steps[knee:] if knee is not None else []
         r["underruns_past_knee"] = sum(s["underruns"] for s in past)
@@ -85,25 +103,34 @@ def derive(doc: dict[str, Any]) -> dict[str, Any]:
         half = [i for i, n in enumerate(idle["calls"]) if n >= idle["calls"][-1] / 2]
         idle["mb_per_call"] = _num(slope_per_stream([idle["calls"][i] for i in half],
                                                     [idle["pss_mb"][i] for i in half]))
-    doc["targets"] = targets(doc["ramps"], idle)
+    doc["targets"] = targets(doc["ramps"], idle, bool(doc.get("machine", {}).get("amx_bf16")))
     return doc
 
 
-def targets(ramps: list[dict[str, Any]],
-            idle: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+def targets(ramps: list[dict[str, Any]], idle: dict[str, Any] | None = None,
+            amx: bool = False) -> list[dict[str, Any]]:
+    """The issue's bars; `amx`: the CPU runs the bf16 vocoder, where the bar is 2x."""
     by = {(r["server"], tuple(r["mix"])): r for r in ramps}
     ours = by.get(("cosyvoiced", ("tts",)))
-    piper = by.get(("piper-http", ("piper",)))
+    peers = [p for p in (by.get(("piper-http", ("piper",))),
+                         by.get(("wyoming-piper", ("wyoming",)))) if p]
     out = []
-    if ours and piper:
-        for key, what in (("sustained_streams_held", "knee held 2 steps in a row"),
-                          ("sustained_streams", "knee at the first failing step")):
-            a, b = ours[key], piper[key]
+    if ours and peers:
+        for p in peers:  # the issue's bars: 1.5x Piper's server, 1.2x wyoming-piper
+            goal = 2.0 if amx else 1.5 if p["server"] == "piper-http" else 1.2
+            a, b = ours["sustained_streams_held"], p["sustained_streams_held"]
             ratio = a / b if b else (math.inf if a else math.nan)
-            out.append({"name": "cosyvoiced / Piper HTTP server, concurrent real-time TTS "
-                                f"streams ({what})",
-                        "value": _num(ratio), "goal": ">= 3", "ok": ratio >= 3,
+            out.append({"name": f"cosyvoiced / {p['server']}, concurrent real-time TTS streams "
+                                "(same knee, held 2 steps in a row)",
+                        "value": _num(ratio), "goal": f">= {goal:g}", "ok": ratio >= goal,
                         "detail": f"{a} vs {b}"})
+        best = max(peers, key=lambda p: p["sustained_streams_strict"])
+        a, b = ours["sustained_streams_strict"], best["sustained_streams_strict"]
+        ratio = a / b if b else (math.inf if a else math.nan)
+        out.append({"name": "cosyvoiced / the better peer, streams with no gap, nothing "
+                            f"refused and first audio p95 <= {TTFA_BOUND_MS / 1000:g} s",
+                    "value": _num(ratio), "goal": ">= 3", "ok": ratio >= 3,
+                    "detail": f"{a} vs {b} ({best['server']})"})
     if idle and idle.get("mb_per_call") is not None:
         c, m = idle["calls"], idle["pss_mb"]
         mid = next(i for i, n in enumerate(c) if n >= c[-1] / 2)
@@ -157,9 +184,13 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
         "first byte; cosyvoiced streams each clause as it is synthesized). An *underrun* is "
         "a gap the listener hears (≥ 5 ms). The *latency ratio* of a reply is (time from the "
         "request until the listener has heard all of it) / (its audio length): 1.0 is real "
-        f"time, {RATIO_MAX:g} means as much waiting as speech. A step is past the knee when "
-        f"its p95 latency ratio is above {RATIO_MAX:g}, or it had any underrun or any "
-        "admission refusal. *Sustained* = streams of the last step before the knee; as a "
+        f"time, {RATIO_MAX:g} means as much waiting as speech. The knee, one rule for every "
+        f"server: the first step whose p95 latency ratio is above {RATIO_MAX:g}, a refused "
+        "or failed request counting as a reply never heard (so a server that refuses and one "
+        "that slows down are judged alike; `cosyvoiced-noadmit` is cosyvoiced with its "
+        "admission limit out of the way). *Sustained* = streams of the last step before the "
+        "knee; the *stricter* figure: the last step with no gap heard, nothing refused or "
+        f"failed and first audio p95 ≤ {TTFA_BOUND_MS / 1000:g} s. As a "
         "lone failing step on this shared box can be a blip, the ramp goes on until the knee "
         "holds for 2 steps in a row, and both figures are given. CPU % "
         "is of one core (this box has "
@@ -188,11 +219,12 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
                 f"{_f(s['pss_mb'])} | {busy} | {_f(s['loadavg_1m'], 1)} | "
                 f"{_f(s.get('others_cpu_pct'))} | {_f(s.get('wait_pct'))} |")
     lines += ["", "| ramp | sustained (first failing step) | sustained (knee held 2 steps) | "
-              "same, first audio p95 ≤ 1 s | knee | PSS MB per stream |",
+              "stricter: no gap, none refused, first audio p95 ≤ 1 s | knee | "
+              "PSS MB per stream |",
               "|---|---|---|---|---|---|"]
     for r in doc["ramps"]:
         lines.append(f"| {r['server']} ({_mix(r['mix'])}) | {r['sustained_streams']} | "
-                     f"{r['sustained_streams_held']} | {r['sustained_streams_ttfa_1s']} | "
+                     f"{r['sustained_streams_held']} | {r['sustained_streams_strict']} | "
                      f"{'; '.join(r['knee_reasons']) or 'none (clean finish)'} | "
                      f"{_f(r['pss_mb_per_stream'], 2)} |")
     said = [(r, e) for r in doc["ramps"] for e in r.get("errors", [])[:2]]
@@ -213,7 +245,8 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
 def headline(doc: dict[str, Any]) -> list[str]:
     by = {(r["server"], tuple(r["mix"])): r for r in doc["ramps"]}
     ours = by.get(("cosyvoiced", ("tts",)))
-    peers = [by.get(("piper-http", ("piper",))), by.get(("wyoming-piper", ("wyoming",)))]
+    peers = [by.get(("cosyvoiced-noadmit", ("tts",))), by.get(("piper-http", ("piper",))),
+             by.get(("wyoming-piper", ("wyoming",)))]
     if not ours or not any(peers):
         return []
     def vs(key: str) -> str:
@@ -222,9 +255,9 @@ def headline(doc: dict[str, Any]) -> list[str]:
     out = [f"**{ours['sustained_streams_held']} concurrent real-time TTS streams on "
            f"cosyvoiced vs {vs('sustained_streams_held')} on the same box** (before a knee "
            f"that held 2 steps in a row; before the first failing step: "
-           f"{ours['sustained_streams']} vs {vs('sustained_streams')}; with first audio p95 "
-           f"within 1 s as well: {ours['sustained_streams_ttfa_1s']} vs "
-           f"{vs('sustained_streams_ttfa_1s')})."]
+           f"{ours['sustained_streams']} vs {vs('sustained_streams')}; no gap, nothing refused "
+           f"and first audio p95 within 1 s: {ours['sustained_streams_strict']} vs "
+           f"{vs('sustained_streams_strict')})."]
     side = [ours] + [p for p in peers if p]
     common = set.intersection(*({s["streams"] for s in r["steps"]} for r in side))
     if common:

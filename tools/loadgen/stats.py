@@ -81,6 +81,17 @@ def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(finite, dtype=np.float64), q))
 
 
+def ratio_p95(ratios: list[float], failed: int) -> float:
+    """p95 latency ratio over a step's requests, each refused or failed one counted as a
+    reply never heard (infinite): the same knee for a server that refuses and one that
+    slows down. Nearest rank (no interpolation toward infinity): past 2 exactly when more
+    than 5% of the requests took over 2x or were never heard. NaN with no request."""
+    values = sorted([r for r in ratios if not math.isnan(r)] + [math.inf] * failed)
+    if not values:
+        return math.nan
+    return values[math.ceil(0.95 * len(values)) - 1]
+
+
 # --- the ramp ------------------------------------------------------------------------
 
 
@@ -124,6 +135,8 @@ quick: CI, at most 3 steps of 10 s."""
 
 RATIO_MAX = 2.0
 """The knee's latency bound: p95 latency ratio above this is "above 2x real time"."""
+TTFA_BOUND_MS = 1000.0
+"""The stricter bar's first-audio bound (p95)."""
 
 
 @dataclass
@@ -137,6 +150,7 @@ class StepStats:
     ttfa_p95_ms: float = math.nan
     ttfa_p99_ms: float = math.nan
     ratio_p95: float = math.nan
+    """Over every request of the step: a refused or failed one counts as never heard."""
     transcript_p95_ms: float = math.nan
     underruns: int = 0
     """Gaps heard by the listeners, plus the daemon's own underrun counter (calls)."""
@@ -159,16 +173,30 @@ class StepStats:
 
 
 def knee_reasons(s: StepStats, ratio_max: float = RATIO_MAX) -> list[str]:
-    """Why this step is past the knee (empty: it is not)."""
-    out = []
+    """Why this step is past the knee (empty: it is not). One rule for every server: p95
+    latency ratio above `ratio_max`, refused and failed requests counted as never heard
+    (`ratio_p95`). Underruns and refusals below that share are in the stricter figure
+    (`strict_reasons`), not the knee."""
+    if s.replies == 0 and s.streams > 0:
+        return ["no reply finished"]
     if s.ratio_p95 > ratio_max:
-        out.append(f"p95 latency ratio {s.ratio_p95:.2f} > {ratio_max:g}")
+        failed = f" ({s.refused} refused, {s.errors} failed)" if s.refused or s.errors else ""
+        return [f"p95 latency ratio {s.ratio_p95:.2f} > {ratio_max:g}{failed}"]
+    return []
+
+
+def strict_reasons(s: StepStats, ttfa_ms: float = TTFA_BOUND_MS) -> list[str]:
+    """Why this step fails the stricter bar: past the knee, or any gap heard, any request
+    refused or failed, or first audio p95 above `ttfa_ms`."""
+    out = knee_reasons(s)
     if s.underruns:
         out.append(f"{s.underruns} underruns")
     if s.refused:
         out.append(f"{s.refused} refusals")
-    if s.replies == 0 and s.streams > 0:
-        out.append("no reply finished")
+    if s.errors:
+        out.append(f"{s.errors} failed")
+    if not s.ttfa_p95_ms <= ttfa_ms:
+        out.append(f"first audio p95 {s.ttfa_p95_ms:.0f} ms > {ttfa_ms:g}")
     return out
 
 

@@ -112,15 +112,31 @@ def test_schedule_stops_at_max_steps_and_max_streams(lg):
 def test_knee_reasons(lg):
     S = lg.stats.StepStats
     assert lg.stats.knee_reasons(S(0, 4, replies=10, ratio_p95=1.3)) == []
-    assert "p95 latency ratio 2.50 > 2" in lg.stats.knee_reasons(S(0, 4, replies=9,
-                                                                    ratio_p95=2.5))
-    assert lg.stats.knee_reasons(S(0, 4, replies=9, ratio_p95=1.0, underruns=1)) == \
-        ["1 underruns"]
-    assert lg.stats.knee_reasons(S(0, 4, replies=9, ratio_p95=1.0, refused=2)) == \
-        ["2 refusals"]
+    assert lg.stats.knee_reasons(S(0, 4, replies=9, ratio_p95=2.5)) == \
+        ["p95 latency ratio 2.50 > 2"]
     assert lg.stats.knee_reasons(S(0, 4, replies=0)) == ["no reply finished"]
     # exactly 2x is not above it
     assert lg.stats.knee_reasons(S(0, 4, replies=3, ratio_p95=2.0)) == []
+    # one rule for everyone: a gap or a refusal is not the knee by itself (the refused
+    # requests are in the ratio), but it fails the stricter bar
+    quiet = S(0, 4, replies=9, ratio_p95=1.0, ttfa_p95_ms=300.0)
+    assert lg.stats.strict_reasons(quiet) == []
+    gap = S(0, 4, replies=9, ratio_p95=1.0, ttfa_p95_ms=300.0, underruns=1)
+    refused = S(0, 4, replies=9, ratio_p95=math.inf, ttfa_p95_ms=300.0, refused=2)
+    slow = S(0, 4, replies=9, ratio_p95=1.5, ttfa_p95_ms=1200.0)
+    assert lg.stats.knee_reasons(gap) == [] and lg.stats.strict_reasons(gap) == ["1 underruns"]
+    assert lg.stats.knee_reasons(refused) == ["p95 latency ratio inf > 2 (2 refused, 0 failed)"]
+    assert "2 refusals" in lg.stats.strict_reasons(refused)
+    assert lg.stats.knee_reasons(slow) == []
+    assert lg.stats.strict_reasons(slow) == ["first audio p95 1200 ms > 1000"]
+
+
+def test_refused_requests_count_as_never_heard(lg):
+    ratio = lg.stats.ratio_p95
+    assert ratio([1.0] * 19, 1) == pytest.approx(1.0)  # 5% failed: p95 still heard
+    assert math.isinf(ratio([1.0] * 9, 1))  # 10% failed: past any bound
+    assert math.isinf(ratio([], 3)) and math.isnan(ratio([], 0))
+    assert ratio([1.0, 3.0], 0) == 3.0 and ratio([1.0] * 19 + [3.0], 0) == 1.0
 
 
 def _track(lg, outcomes: str, confirm: int, after_knee: int, steps: int = 10):
@@ -162,13 +178,14 @@ def test_sustained_and_underruns_past_the_knee(lg):
     S = lg.stats.StepStats
     prof = lg.stats.PROFILES["quick"]
     r = lg.ramp.RampResult("cosyvoiced", {"tts": 1}, prof,
-                           steps=[S(0, 2, ttfa_p95_ms=300.0), S(1, 4, ttfa_p95_ms=1200.0),
+                           steps=[S(0, 2, replies=3, ttfa_p95_ms=300.0),
+                                  S(1, 4, replies=3, ttfa_p95_ms=1200.0),
                                   S(2, 6, refused=3), S(3, 8, refused=5)],
                            knee_step=2, knee_reasons=["3 refusals"])
     assert r.sustained == 4
     doc = lg.report.summarize([r], {})
     ramp = doc["ramps"][0]
-    assert ramp["sustained_streams"] == 4 and ramp["sustained_streams_ttfa_1s"] == 2
+    assert ramp["sustained_streams"] == 4 and ramp["sustained_streams_strict"] == 2
     assert ramp["underruns_past_knee"] == 0 and ramp["refused_past_knee"] == 8
     past = [t for t in doc["targets"] if t["name"].startswith("underruns at and past")][0]
     assert past["ok"] and "refusals from there on: 8" in past["detail"]
@@ -201,7 +218,10 @@ def test_step_stats_from_replies(lg):
     assert st.underruns_by_kind == {"tts": 2, "call (daemon)": 3}
     assert st.ttfa_p50_ms == pytest.approx(200.0)
     assert st.transcript_p95_ms == pytest.approx(895.0)
-    assert st.ratio_p95 == pytest.approx(np.percentile([3.1 / 3, 3.8 / 3, 2.2 / 2], 95))
+    # the refused and the failed request were never heard: 2 of 5
+    assert math.isinf(st.ratio_p95)
+    st = lg.ramp.step_stats(1, 3, replies[:2] + replies[3:4])
+    assert st.ratio_p95 == pytest.approx(3.8 / 3)  # nearest rank of 3
 
 
 # --- mix --------------------------------------------------------------------------------
@@ -339,9 +359,12 @@ def test_summary_targets_and_markdown(lg):
     doc = lg.report.summarize([ours, piper], meta)
     json.dumps(doc, allow_nan=False)
     t = {x["name"].split(",")[0].split(" (")[0]: x for x in doc["targets"]}
-    assert [x["detail"] for x in doc["targets"][:2]] == ["6 vs 2", "6 vs 2"]
-    ratio = t["cosyvoiced / Piper HTTP server"]
-    assert ratio["value"] == pytest.approx(6 / 2) and ratio["ok"]
+    ratio = t["cosyvoiced / piper-http"]
+    assert ratio["detail"] == "6 vs 2" and ratio["value"] == pytest.approx(6 / 2)
+    assert ratio["ok"] and ratio["goal"] == (">= 2" if meta["machine"]["amx_bf16"] else ">= 1.5")
+    # the stricter bar: ours stops before its refusals at 8, Piper's at its knee
+    strict = t["cosyvoiced / the better peer"]
+    assert strict["detail"] == "6 vs 2 (piper-http)" and strict["ok"]
     # fitted up to the knee step, included
     assert t["PSS growth per added stream"]["value"] == pytest.approx(
         np.polyfit([2, 4, 6, 8], [1000.0, 1000.6, 1001.2, 1001.4], 1)[0], abs=1e-4)
