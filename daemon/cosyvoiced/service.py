@@ -21,7 +21,7 @@ from cosyvoiced.audio import shm
 from cosyvoiced.config import Config, ConfigError, ConfigProblem, changed_keys, load_config
 from cosyvoiced.config.addr import parse_allow_from
 from cosyvoiced.config.loader import merge_live
-from cosyvoiced.listen.events import EventBus
+from cosyvoiced.listen.events import EventBus, Transcript
 from cosyvoiced.runtime.health import Health, Heartbeat
 from cosyvoiced.runtime.log import set_level
 from cosyvoiced.runtime.metrics import Metrics
@@ -34,6 +34,7 @@ from cosyvoiced.serve.speech import PoolSpeech, Speech
 from cosyvoiced.serve.streams import Streams
 from cosyvoiced.serve.wyoming.server import WyomingServer
 from cosyvoiced.tts.normalize.lexicon import Lexicon, LexiconError, load_lexicon
+from cosyvoiced.workers.messages import SayDone
 from cosyvoiced.workers.pool.pool import WorkerPool
 from cosyvoiced.workers.preflight import model_problems
 
@@ -203,7 +204,8 @@ class Daemon:
             raise ConfigError(problems)
         # Workers load and warm up (one synthesis, one VAD run each) before READY=1.
         self.pool = WorkerPool.from_config(self.config, health=self.health,
-                                           publish=self.bus.publish, lexicon=lexicon)
+                                           publish=self._publish, said=self._said,
+                                           lexicon=lexicon)
         if lexicon:
             log.info("lexicon_loaded", path=self.config.tts.lexicon, entries=len(lexicon))
         await self.pool.start()
@@ -227,6 +229,16 @@ class Daemon:
         if self.config.agent.listen:  # last: it says "up" once everything serves
             self.agent = AgentServer(self.config.agent, self.capacity)
             await self.agent.start()
+
+    def _publish(self, event: Any) -> None:
+        """A worker's listen event: timed, then on the bus (the supervisor's thread)."""
+        if isinstance(event, Transcript):
+            self.metrics.transcript_latency.observe(event.latency_ms / 1000.0)
+        self.bus.publish(event)
+
+    def _said(self, done: SayDone) -> None:
+        if done.rtf > 0 and not done.cancelled:
+            self.metrics.tts_rtf.observe(done.rtf)
 
     def listeners(self) -> list[str]:
         out = list(self._http.bound) if self._http else []

@@ -169,3 +169,33 @@ def test_wyoming_transcribe_round_trip(daemon, dozen):
 
 async def _gather(fn, items):
     return await asyncio.gather(*(fn(i) for i in items))
+
+
+def test_metrics_time_transcripts_and_speech(daemon, dozen):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    base = _listener(daemon, "tcp://").replace("tcp://", "http://")
+
+    def counts() -> dict[str, float]:
+        with urllib.request.urlopen(f"{base}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return {s.name: s.value for fam in text_string_to_metric_families(text)
+                for s in fam.samples if s.name.endswith(("_count", "_sum"))}
+
+    before = counts()
+    p = dozen[0]
+    assert _post_transcribe(base, _wav(p.samples(), 8000))["segments"]
+    req = urllib.request.Request(f"{base}/v1/tts", data=json.dumps(
+        {"text": "Your call is important to us."}).encode(),
+        headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        assert len(r.read()) > 8000
+    deadline = time.monotonic() + 10  # the request's figures come after its last audio
+    while time.monotonic() < deadline:
+        after = counts()
+        if after["cosyvoiced_tts_rtf_count"] > before["cosyvoiced_tts_rtf_count"]:
+            break
+        time.sleep(0.1)
+    for name in ("cosyvoiced_transcript_latency_seconds", "cosyvoiced_tts_rtf"):
+        assert after[f"{name}_count"] > before[f"{name}_count"], name
+        assert after[f"{name}_sum"] > before[f"{name}_sum"], name

@@ -32,7 +32,7 @@ class Metrics:
         self.active_streams = Gauge("cosyvoiced_active_streams", "Streams now active",
                                     ["kind"], registry=r)
         self.tts_rtf = Histogram("cosyvoiced_tts_rtf", "Synthesis time / audio duration "
-                                 "per chunk", buckets=RTF_BUCKETS, registry=r)
+                                 "per finished request", buckets=RTF_BUCKETS, registry=r)
         self.tts_first_audio = Histogram("cosyvoiced_tts_first_audio_seconds",
                                          "Request to first audio chunk",
                                          buckets=LATENCY_BUCKETS_S, registry=r)

@@ -52,7 +52,10 @@ PLAYBACK_EXTRA_S = 4.0
 
 class WorkerPool:
     def __init__(self, workers: Any, setup: WorkerSetup, *, health: Health | None = None,
-                 publish: Callable[[Any], None] | None = None) -> None:
+                 publish: Callable[[Any], None] | None = None,
+                 said: Callable[[m.SayDone], None] | None = None) -> None:
+        """`publish` gets each listen event, `said` each finished request (its RTF), both
+        on the supervisor's thread."""
         self.config = workers
         self.setup = setup
         self.health = health
@@ -66,7 +69,7 @@ class WorkerPool:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()  # slot stream maps and procs, between loop and supervisor
         self.supervisor = Supervisor(self, self.slots, self._lock, spare_cpus=self.all_cpus,
-                                     publish=publish)
+                                     publish=publish, said=said)
         # Workers ignore SIGTERM (systemd signals the whole cgroup on stop), so the
         # terminate() multiprocessing tries at exit would wait forever: kill them first.
         atexit.register(self.supervisor.kill_all)
@@ -83,6 +86,7 @@ class WorkerPool:
     @classmethod
     def from_config(cls, config: Any, *, health: Health | None = None,
                     publish: Callable[[Any], None] | None = None,
+                    said: Callable[[m.SayDone], None] | None = None,
                     lexicon: Any = None) -> WorkerPool:
         """The pool for a whole daemon `Config` (workers, tts, vad, service, log)."""
         w, svc = config.workers, config.service
@@ -93,7 +97,7 @@ class WorkerPool:
             clause_max_chars=w.clause_max_chars, vad_capacity=w.vad_slots, vad_tick_ms=w.vad_tick_ms, log_level=config.log.level,
             log_sink=config.log.sink, journal_socket=config.log.journal_socket,
             asr=config.asr, lexicon=lexicon)
-        return cls(w, setup, health=health, publish=publish)
+        return cls(w, setup, health=health, publish=publish, said=said)
 
     def reconfigure(self, workers: Any) -> None:
         """Apply the live `[workers]` keys after a reload (count and CPUs need a restart)."""

@@ -45,13 +45,15 @@ class Supervisor:
 
     def __init__(self, pool: SupervisedPool, slots: list[Slot], lock: threading.Lock, *,
                  spare_cpus: tuple[int, ...],
-                 publish: Callable[[Any], None] | None = None) -> None:
+                 publish: Callable[[Any], None] | None = None,
+                 said: Callable[[m.SayDone], None] | None = None) -> None:
         self.pool = pool
         self.slots = slots
         self.lock = lock
         """The pool's: guards slot stream maps and processes, between loop and supervisor."""
         self.spare_cpus = spare_cpus
         self.publish = publish
+        self.said = said
         self.restarts = 0
         self.spare: Proc | None = None
         self.closing = False
@@ -164,6 +166,8 @@ class Supervisor:
             return
         if isinstance(msg, m.ListenEvent) and self.publish is not None:
             self.publish(msg.event)
+        elif isinstance(msg, m.SayDone) and self.said is not None:
+            self.said(msg)
         handle = self.pool.handle(msg.stream_id)
         if handle is None:
             return
