@@ -26,7 +26,7 @@ from cosyvoiced.serve.errors import api_error
 from cosyvoiced.serve.http.body import AudioBody
 from cosyvoiced.serve.http.errors import REQUEST_TIMEOUT, read_json
 from cosyvoiced.serve.http.transcribe import MAX_UPLOAD_BYTES, ListenRoutes
-from cosyvoiced.serve.http.tts import TtsRoutes, json_field
+from cosyvoiced.serve.http.tts import TtsRoutes, json_choice, json_field
 from cosyvoiced.tts.request import SynthesisOptions
 
 OPENAI_VOICES = tuple(f.name for f in fields(OpenAIConfig().voices))
@@ -68,13 +68,9 @@ class OpenAIRoutes:
     async def speech(self, request: web.Request) -> web.StreamResponse:
         body = await read_json(request)
         text = json_field(body, "input", str, required=True)
-        fmt = json_field(body, "response_format", str) or "mp3"
-        if fmt not in SPEECH_FORMATS:
-            raise api_error("unsupported_format",
-                            f"response_format must be one of {', '.join(SPEECH_FORMATS)}")
-        stream_format = json_field(body, "stream_format", str) or "audio"
-        if stream_format not in ("audio", "sse"):
-            raise api_error("bad_parameter", "stream_format must be audio or sse")
+        fmt = json_choice(body, "response_format", SPEECH_FORMATS, "mp3",
+                          code="unsupported_format")
+        stream_format = json_choice(body, "stream_format", ("audio", "sse"), "audio")
         speed = json_field(body, "speed", float)
         if speed is not None and not 0.25 <= speed <= 4.0:
             raise api_error("bad_parameter", "speed must be within [0.25, 4.0]")

@@ -9,6 +9,7 @@ The response headers wait for the first chunk, so `X-Time-To-First-Audio-Ms` is 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,10 +47,7 @@ class TtsRoutes:
     async def tts(self, request: web.Request) -> web.StreamResponse:
         body = await read_json(request)
         text = json_field(body, "text", str, required=True)
-        container = json_field(body, "format", str) or "wav"
-        if container not in CONTENT_TYPES:
-            raise api_error("unsupported_format",
-                            f"format must be one of {', '.join(CONTENT_TYPES)}")
+        container = json_choice(body, "format", CONTENT_TYPES, "wav", code="unsupported_format")
         rate_hz = json_field(body, "rate_hz", int)
         if container not in ("wav", "s16le", "float32", "mulaw"):  # compressed
             rate_hz = rate_hz or COMPRESSED_RATE_HZ
@@ -178,6 +176,15 @@ def json_field(body: dict[str, Any], name: str, kind: type | tuple[type, ...], *
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         names = kind.__name__ if isinstance(kind, type) else "/".join(k.__name__ for k in kind)
         raise api_error("bad_field", f"{name!r} must be {names}, got {type(value).__name__}")
+    return value
+
+
+def json_choice(body: dict[str, Any], name: str, choices: Iterable[str], default: str, *,
+                code: str = "bad_parameter") -> str:
+    """The string field `name` (`default` when absent), one of `choices` or a typed 400."""
+    value = json_field(body, name, str) or default
+    if value not in choices:
+        raise api_error(code, f"{name} must be one of {', '.join(choices)}")
     return value
 
 
