@@ -19,7 +19,7 @@ run: $(BIN)/.stamp-runtime
 
 test: $(BIN)/.stamp-test
 	$(BIN)/ruff check daemon tests tools
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q --durations=25
 
 install: $(BIN)/.stamp-runtime
 install-test: $(BIN)/.stamp-test
