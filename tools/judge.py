@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import sys
 import tempfile
 import time
@@ -35,152 +34,31 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tools.judge_systems import (
+    SYSTEMS,
+    JudgeError,
+    check_system,
+    seeded_copy,
+    spoken_references,
+    synthesize_set,
+    tts_config,
+)
+from tools.wer import Scores, bootstrap_diff, score, subset, worst
+
 if TYPE_CHECKING:
-    from cosyvoiced.config.schema import TtsConfig
+    pass
 
 DATA = Path(__file__).resolve().parent / "data"
 SENTENCES = DATA / "callcenter_en.txt"
 SENTENCE_FILES = (SENTENCES, DATA / "written_en.txt")
-RANDOM_OPS = ("RandomNormalLike", "RandomUniformLike", "RandomNormal", "RandomUniform")
 WHISPER_RATE_HZ = 16000
 WINDOW_SAMPLES = 30 * WHISPER_RATE_HZ
-SYSTEMS = ("cosyvoiced", "cosyvoiced-clauses", "cosyvoiced-fp32", "cosyvoiced-bf16", "piper",
-           "piper-normalized")
 BASELINE = "piper"
-
-
-class JudgeError(RuntimeError):
-    """A system that cannot be judged in this checkout (unknown, or its config missing)."""
 
 
 def load_sentences(path: Path = SENTENCES) -> list[str]:
     lines = path.read_text(encoding="utf-8").splitlines()
     return [ln.strip() for ln in lines if ln.strip() and not ln.startswith("#")]
-
-
-# -- scoring -------------------------------------------------------------------------------
-_NORMALIZER = None
-
-
-_TENS = {"twenty": 2, "thirty": 3, "forty": 4, "fifty": 5, "sixty": 6, "seventy": 7,
-         "eighty": 8, "ninety": 9}
-_ORD = {"first": "1st", "second": "2nd", "third": "3rd", "fourth": "4th", "fifth": "5th",
-        "sixth": "6th", "seventh": "7th", "eighth": "8th", "ninth": "9th"}
-_SPLIT_MERIDIEM = re.compile(r"(\d) ?([ap]) m\b")
-_COMPOUND_ORDINAL = re.compile(rf"\b({'|'.join(_TENS)})[ -]({'|'.join(_ORD)})\b", re.IGNORECASE)
-_CLOCK = re.compile(r"\b(\d{1,2}):(\d)(\d)(?![\d:])")
-_LEADING_ZEROS = re.compile(r"(?<![\w.,:])(0+)(?=\d)")
-_CODE = re.compile(r"(?<![\w-])(?=[\w-]*\d)(?=[\w-]*[A-Za-z])[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*(?![\w-])")
-_NOT_CODE = re.compile(r"\d+(?:st|nd|rd|th|s|am|pm)", re.IGNORECASE)
-_SPELLING_WORD = re.compile(r"\b([a-z0]) as in (?:x ray|[a-z]+)\b")
-_WORDS = {"one": "1", "ms": "miz"}
-"""Words the normalizer leaves in two forms ("one" stays a word, as "1" does not)."""
-
-
-def _clock(m: re.Match[str]) -> str:
-    hour, tens, units = m.groups()
-    if tens == units == "0":
-        return hour
-    return f"{hour} oh {units}" if tens == "0" else f"{hour} {tens}{units}"
-
-
-def _code(m: re.Match[str]) -> str:
-    """Each letter-digit piece of a code letter by letter ("XK7-93B"; "ID-0027": "ID 0027")."""
-    return " ".join(
-        " ".join(re.findall(r"[A-Za-z]|\d+", piece))
-        if re.search(r"\d", piece) and re.search(r"[A-Za-z]", piece)
-        and not _NOT_CODE.fullmatch(piece) else piece
-        for piece in m.group(0).split("-"))
-
-
-def scoring_text(text: str) -> str:
-    """Whisper's English normalizer, then each digit as its own word.
-
-    Each rule makes two writings of the same spoken words score alike (both sides get
-    them): compound ordinals ("twenty ninth") become "29th" first (the normalizer leaves
-    "20 ninth"); clock times lose ":" ("6:05" is "6 oh 5", as "six oh five" is; "11:00"
-    is "11"), a code is letter by letter ("XK7-93B" is "X K 7 93 B") and leading zeros
-    are spelled ("0199": the normalizer drops them); after a
-    number, "a m"/"p m" become "am"/"pm"; a spelling word ("B, as in boy") goes, the letter
-    stays (a voice that does not spell that way is not misheard); "one" is "1".
-    """
-    global _NORMALIZER
-    if _NORMALIZER is None:
-        from whisper_normalizer.english import EnglishTextNormalizer
-
-        _NORMALIZER = EnglishTextNormalizer()
-    text = _COMPOUND_ORDINAL.sub(
-        lambda m: f"{_TENS[m.group(1).lower()]}{_ORD[m.group(2).lower()]}", text)
-    text = _CLOCK.sub(_clock, text)
-    text = _CODE.sub(_code, text)
-    text = _LEADING_ZEROS.sub(lambda m: "zero " * len(m.group(1)), text)
-    norm = _NORMALIZER(text)
-    norm = " ".join(_WORDS.get(w, w) for w in norm.split())
-    norm = _SPELLING_WORD.sub(r"\1", norm)
-    norm = _SPLIT_MERIDIEM.sub(r"\1 \2m", norm)
-    norm = re.sub(r"(\d)", r" \1 ", norm)
-    return re.sub(r"\s+", " ", norm).strip()
-
-
-def edit_distance(ref: list[str] | str, hyp: list[str] | str) -> int:
-    """Levenshtein distance (tiny DP; sentences are short, no dependency needed)."""
-    prev = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        cur = [i] + [0] * len(hyp)
-        for j, h in enumerate(hyp, 1):
-            cur[j] = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (r != h))
-        prev = cur
-    return prev[-1]
-
-
-@dataclass
-class Scores:
-    word_errors: np.ndarray
-    """(seeds, sentences) word edit counts."""
-    word_counts: np.ndarray
-    """(sentences,) reference words."""
-    char_errors: np.ndarray
-    char_counts: np.ndarray
-
-    @property
-    def wer(self) -> float:
-        return float(self.word_errors.sum() / (self.word_counts.sum() * self.word_errors.shape[0]))
-
-    @property
-    def cer(self) -> float:
-        return float(self.char_errors.sum() / (self.char_counts.sum() * self.char_errors.shape[0]))
-
-
-def score(refs: list[str], hyps_by_seed: list[list[str]]) -> Scores:
-    ref_norm = [scoring_text(r) for r in refs]
-    we = np.zeros((len(hyps_by_seed), len(refs)))
-    ce = np.zeros_like(we)
-    for s, hyps in enumerate(hyps_by_seed):
-        for i, (r, h) in enumerate(zip(ref_norm, hyps, strict=True)):
-            hn = scoring_text(h)
-            we[s, i] = edit_distance(r.split(), hn.split())
-            ce[s, i] = edit_distance(r.replace(" ", ""), hn.replace(" ", ""))
-    wn = np.array([max(1, len(r.split())) for r in ref_norm], dtype=float)
-    cn = np.array([max(1, len(r.replace(" ", ""))) for r in ref_norm], dtype=float)
-    return Scores(we, wn, ce, cn)
-
-
-def bootstrap_diff(a_err: np.ndarray, b_err: np.ndarray, counts: np.ndarray,
-                   draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
-    """Mean and 95% interval of rate(a) - rate(b) in percentage points, resampling
-    sentences and seeds (paired: the same draw for both)."""
-    rng = np.random.default_rng(seed)
-    n_seed, n_sent = a_err.shape
-    diff = (a_err - b_err)
-    mean = 100.0 * diff.sum() / (counts.sum() * n_seed)
-    si = rng.integers(0, n_sent, size=(draws, n_sent))
-    ki = rng.integers(0, n_seed, size=(draws, n_seed))
-    per_sent = np.stack([diff[k].sum(axis=0) for k in ki])  # (draws, n_sent) over drawn seeds
-    num = np.take_along_axis(per_sent, si, axis=1).sum(axis=1)
-    den = counts[si].sum(axis=1) * n_seed
-    boot = 100.0 * num / den
-    lo, hi = np.percentile(boot, [2.5, 97.5])
-    return float(mean), float(lo), float(hi)
 
 
 # -- Whisper -------------------------------------------------------------------------------
@@ -235,109 +113,6 @@ class WhisperJudge:
                 ids = [t for t in r.sequences_ids[0] if t < self.tokenizer.eot]
                 out.append(self.tokenizer.decode(ids).strip())
         return out
-
-
-# -- seeded synthesis ------------------------------------------------------------------------
-def seeded_copy(model_path: str | Path, seed: int, out_path: str | Path) -> int:
-    """Save a copy of the model with `seed` set on every random node; returns how many."""
-    import onnx
-
-    model = onnx.load(str(model_path))
-    count = 0
-    for node in model.graph.node:
-        if node.op_type in RANDOM_OPS:
-            for attr in list(node.attribute):
-                if attr.name == "seed":
-                    node.attribute.remove(attr)
-            node.attribute.append(onnx.helper.make_attribute("seed", float(seed)))
-            count += 1
-    onnx.save(model, str(out_path))
-    return count
-
-
-def check_system(system: str) -> None:
-    """Raise `JudgeError` unless `system` can be judged in this checkout."""
-    if system not in SYSTEMS:
-        raise JudgeError(f"unknown system {system!r} (known: {', '.join(SYSTEMS)})")
-    if system.startswith("cosyvoiced"):
-        tts_config(system)
-
-
-def tts_config(system: str) -> TtsConfig:
-    """The engine config of a cosyvoiced system (`cosyvoiced-clauses`: the old cut-clause
-    path, which needs `TtsConfig.decode`)."""
-    from cosyvoiced.config.schema import TtsConfig
-
-    fields = {f.name for f in dataclasses.fields(TtsConfig)}
-    # every seed synthesized anew: no prompt cache (a checkout may predate it)
-    config = TtsConfig(voice="judged", warmup=False, **({"cache_mb": 0} if "cache_mb" in fields
-                                                        else {}))
-    if system == "cosyvoiced":
-        return config
-    if system in ("cosyvoiced-fp32", "cosyvoiced-bf16"):
-        if "vocoder" not in fields:
-            raise JudgeError(f"{system} needs `TtsConfig.vocoder`, which this checkout lacks")
-        return dataclasses.replace(config, vocoder=system.rpartition("-")[2])
-    if system != "cosyvoiced-clauses":
-        raise JudgeError(f"{system!r} is not a cosyvoiced system")
-    if "decode" not in fields:
-        raise JudgeError("cosyvoiced-clauses needs the `decode` field of "
-                         "cosyvoiced.config.schema.TtsConfig, which this checkout lacks")
-    return dataclasses.replace(config, decode="clauses", first_clause_max_chars=30,
-                               max_clause_chars=80)
-
-
-def synthesize_set(model_path: str | Path, config_path: str | Path, texts: list[str],
-                   threads: int = 2, noise: bool = True,
-                   system: str = "cosyvoiced") -> list[np.ndarray]:
-    """Each text as one 16 kHz float32 clip, spoken by `system` (see `SYSTEMS`)."""
-    check_system(system)
-    if system.startswith("piper"):
-        return piper_set(model_path, config_path, texts, threads, noise,
-                         normalized=system == "piper-normalized")
-    from cosyvoiced.tts.request import SynthesisOptions
-    from cosyvoiced.tts.synth import TtsEngine
-    from cosyvoiced.tts.voices import VoiceFiles, load_voice
-
-    files = VoiceFiles("judged", Path(model_path), Path(config_path))
-    config = tts_config(system)
-    engine = TtsEngine(config, threads=threads)
-    decode = {"decode": config.decode} if hasattr(config, "decode") else {}  # as engine.voice()
-    if hasattr(config, "vocoder"):
-        decode.update(vocoder=config.vocoder, chunks_s=(config.first_chunk_s, config.chunk_s))
-    engine.register(load_voice(files, precision="fp32", threads=threads, **decode), "fp32")
-    opts = SynthesisOptions(rate_hz=WHISPER_RATE_HZ, format="float32",
-                            **({} if noise else {"noise_scale": 0.0, "noise_w_scale": 0.0}))
-    clips = []
-    for text in texts:
-        chunks = list(engine.synthesize(text, opts, precision="fp32"))
-        clips.append(np.concatenate([c.audio for c in chunks]))
-    return clips
-
-
-def piper_set(model_path: str | Path, config_path: str | Path, texts: list[str],
-              threads: int = 2, noise: bool = True, normalized: bool = False) -> list[np.ndarray]:
-    """Each text through Piper's own `PiperVoice.synthesize` (a session at `threads`
-    intra-op threads, the voice's scales), its sentences joined, resampled to 16 kHz."""
-    import onnxruntime
-    import soxr
-    from piper import PiperConfig, PiperVoice, SynthesisConfig
-
-    opts = onnxruntime.SessionOptions()
-    opts.intra_op_num_threads = threads
-    voice = PiperVoice(
-        session=onnxruntime.InferenceSession(str(model_path), sess_options=opts,
-                                             providers=["CPUExecutionProvider"]),
-        config=PiperConfig.from_dict(json.loads(Path(config_path).read_text(encoding="utf-8"))))
-    syn = None if noise else SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
-    spoken = spoken_references(texts) if normalized else texts
-    clips = []
-    for text in spoken:
-        parts = [c.audio_float_array for c in voice.synthesize(text, syn)]
-        audio = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-        clips.append(np.asarray(soxr.resample(audio, voice.config.sample_rate, WHISPER_RATE_HZ,
-                                              quality="HQ"), dtype=np.float32))
-    return clips
 
 
 @dataclass
@@ -452,27 +227,7 @@ def judge_model(model_path: str | Path, config_path: str | Path, texts: list[str
                          log, cache_dir)[system]
 
 
-def spoken_references(texts: list[str]) -> list[str]:
-    """What the voice is asked to say: the text after cosyvoiced's normalization."""
-    from cosyvoiced.tts.normalize import normalize_text
-
-    return [normalize_text(t, "en") for t in texts]
-
-
 # -- report --------------------------------------------------------------------------------
-def subset(s: Scores, idx: np.ndarray) -> Scores:
-    """The scores of sentences `idx` only."""
-    return Scores(s.word_errors[:, idx], s.word_counts[idx], s.char_errors[:, idx],
-                  s.char_counts[idx])
-
-
-def worst(s: Scores, n: int = 10) -> list[int]:
-    """The `n` sentences with most word errors over all seeds (ties: the shorter first)."""
-    total = s.word_errors.sum(axis=0)
-    order = sorted(range(total.shape[0]), key=lambda i: (-total[i], s.word_counts[i]))
-    return [i for i in order[:n] if total[i] > 0]
-
-
 def report(files: list[tuple[str, int]], runs: dict[str, JudgeRun],
            scores: dict[str, Scores], baseline: str | None) -> dict[str, Any]:
     """Per system: WER/CER %, synthesis seconds, per file, and the WER difference to

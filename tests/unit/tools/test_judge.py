@@ -11,6 +11,8 @@ import math
 import numpy as np
 import pytest
 import structlog.testing
+import tools.judge_systems as judge_systems
+import tools.wer as wer
 
 from cosyvoiced.tts.voices import bundled_voice
 
@@ -23,13 +25,13 @@ def judge(repo_root):
 
 
 def test_scoring_text_splits_digits_and_normalizes(judge):
-    assert judge.scoring_text("I paid $1,250.00 on March 14th.") == "i paid $ 1 2 5 0 on march 1 4 th"
-    assert judge.scoring_text("forty nine dollars") == judge.scoring_text("$49")
-    assert judge.scoring_text("November twenty ninth") == judge.scoring_text("November 29th")
-    assert judge.scoring_text("at 3 p.m.") == judge.scoring_text("at 3 PM") == "at 3 pm"
-    assert judge.scoring_text("at three P M") == "at 3 pm"
-    assert judge.scoring_text("ten thirty A M") == judge.scoring_text("10:30 am") == "1 0 3 0 am"
-    assert judge.scoring_text("a m and p m") == "a m and p m"  # letters, not after a number
+    assert wer.scoring_text("I paid $1,250.00 on March 14th.") == "i paid $ 1 2 5 0 on march 1 4 th"
+    assert wer.scoring_text("forty nine dollars") == wer.scoring_text("$49")
+    assert wer.scoring_text("November twenty ninth") == wer.scoring_text("November 29th")
+    assert wer.scoring_text("at 3 p.m.") == wer.scoring_text("at 3 PM") == "at 3 pm"
+    assert wer.scoring_text("at three P M") == "at 3 pm"
+    assert wer.scoring_text("ten thirty A M") == wer.scoring_text("10:30 am") == "1 0 3 0 am"
+    assert wer.scoring_text("a m and p m") == "a m and p m"  # letters, not after a number
 
 
 @pytest.mark.parametrize(("spoken", "written"), [
@@ -53,7 +55,7 @@ def test_scoring_text_splits_digits_and_normalizes(judge):
     ("this one time", "this 1 time"),
 ])
 def test_scoring_text_reads_two_writings_alike(judge, spoken, written):
-    assert judge.scoring_text(spoken) == judge.scoring_text(written)
+    assert wer.scoring_text(spoken) == wer.scoring_text(written)
 
 
 @pytest.mark.parametrize(("a", "b"), [
@@ -65,17 +67,17 @@ def test_scoring_text_reads_two_writings_alike(judge, spoken, written):
     ("$213.07", "$230.70"),
 ])
 def test_scoring_text_keeps_different_words_apart(judge, a, b):
-    assert judge.scoring_text(a) != judge.scoring_text(b)
+    assert wer.scoring_text(a) != wer.scoring_text(b)
 
 
 def test_edit_distance(judge):
-    assert judge.edit_distance("a b c".split(), "a x c d".split()) == 2
-    assert judge.edit_distance("kitten", "sitting") == 3
-    assert judge.edit_distance([], ["a"]) == 1
+    assert wer.edit_distance("a b c".split(), "a x c d".split()) == 2
+    assert wer.edit_distance("kitten", "sitting") == 3
+    assert wer.edit_distance([], ["a"]) == 1
 
 
 def test_score_counts_errors_per_seed_and_sentence(judge):
-    s = judge.score(["the cat sat", "on the mat 12"], [["the cat sat", "on the mat 12"],
+    s = wer.score(["the cat sat", "on the mat 12"], [["the cat sat", "on the mat 12"],
                                                        ["the bat sat", "on mat 13"]])
     assert s.word_errors.tolist() == [[0, 0], [1, 2]]
     assert s.word_counts.tolist() == [3, 5]  # "12" scores as two words
@@ -86,27 +88,27 @@ def test_bootstrap_interval(judge):
     rng = np.random.default_rng(1)
     counts = np.full(200, 10.0)
     base = rng.integers(0, 2, size=(4, 200)).astype(float)
-    same = judge.bootstrap_diff(base, base, counts)
+    same = wer.bootstrap_diff(base, base, counts)
     assert same == (0.0, 0.0, 0.0)
     twin = rng.integers(0, 2, size=(4, 200)).astype(float)  # another draw, same error rate
-    mean, lo, hi = judge.bootstrap_diff(twin, base, counts)
+    mean, lo, hi = wer.bootstrap_diff(twin, base, counts)
     assert lo < 0.0 < hi and abs(mean) < 1.5
     worse = base + (rng.random((4, 200)) < 0.5)  # +0.5 errors per sentence = +5 points
-    mean, lo, hi = judge.bootstrap_diff(worse, base, counts)
+    mean, lo, hi = wer.bootstrap_diff(worse, base, counts)
     assert lo < mean < hi
     assert 4.0 < mean < 6.0 and lo > 3.0 and hi < 7.0
-    mean, lo, hi = judge.bootstrap_diff(base, worse, counts)  # the better one: below zero
+    mean, lo, hi = wer.bootstrap_diff(base, worse, counts)  # the better one: below zero
     assert hi < 0.0
 
 
 def test_seeded_copies_are_deterministic(judge, tmp_path):
     voice = bundled_voice()
     a, b, c = tmp_path / "a.onnx", tmp_path / "b.onnx", tmp_path / "c.onnx"
-    assert judge.seeded_copy(voice.model_path, 7, a) >= 1
-    judge.seeded_copy(voice.model_path, 7, b)
-    judge.seeded_copy(voice.model_path, 8, c)
+    assert judge_systems.seeded_copy(voice.model_path, 7, a) >= 1
+    judge_systems.seeded_copy(voice.model_path, 7, b)
+    judge_systems.seeded_copy(voice.model_path, 8, c)
     text = ["Your claim number is 4071."]
-    x, y, z = (judge.synthesize_set(m, voice.config_path, text, threads=1)[0] for m in (a, b, c))
+    x, y, z = (judge_systems.synthesize_set(m, voice.config_path, text, threads=1)[0] for m in (a, b, c))
     np.testing.assert_array_equal(x, y)
     assert x.shape != z.shape or not np.array_equal(x, z)
 
@@ -137,17 +139,17 @@ def test_written_set_is_big_and_long(judge):
 
 # -- systems, cache, report ------------------------------------------------------------------
 def test_systems_are_checked(judge, monkeypatch):
-    with pytest.raises(judge.JudgeError, match="unknown system"):
-        judge.check_system("espeak")
-    judge.check_system("piper")
-    assert judge.tts_config("cosyvoiced").warmup is False
+    with pytest.raises(judge_systems.JudgeError, match="unknown system"):
+        judge_systems.check_system("espeak")
+    judge_systems.check_system("piper")
+    assert judge_systems.tts_config("cosyvoiced").warmup is False
     from cosyvoiced.config import schema
 
     if "decode" in {f.name for f in dataclasses.fields(schema.TtsConfig)}:
-        clauses = judge.tts_config("cosyvoiced-clauses")
+        clauses = judge_systems.tts_config("cosyvoiced-clauses")
         assert (clauses.decode, clauses.first_clause_max_chars, clauses.max_clause_chars) == (
             "clauses", 30, 80)
-        assert judge.tts_config("cosyvoiced").decode == "chunked"
+        assert judge_systems.tts_config("cosyvoiced").decode == "chunked"
 
     @dataclasses.dataclass(frozen=True, kw_only=True)
     class OldTtsConfig:  # a schema without `decode`
@@ -157,15 +159,15 @@ def test_systems_are_checked(judge, monkeypatch):
         max_clause_chars: int = 160
 
     monkeypatch.setattr(schema, "TtsConfig", OldTtsConfig)
-    with pytest.raises(judge.JudgeError, match="decode"):
-        judge.check_system("cosyvoiced-clauses")
+    with pytest.raises(judge_systems.JudgeError, match="decode"):
+        judge_systems.check_system("cosyvoiced-clauses")
     assert judge.main(["--systems", "cosyvoiced-clauses,piper"]) == 2
 
 
 def test_cache_file_is_per_system_seed_and_whisper(judge, tmp_path):
     model = tmp_path / "m.onnx"
     model.write_bytes(b"not a model, only hashed")
-    key = {s: judge._cache_file(tmp_path, model, ["a"], 1, s, "w") for s in judge.SYSTEMS
+    key = {s: judge._cache_file(tmp_path, model, ["a"], 1, s, "w") for s in judge_systems.SYSTEMS
            if s != "cosyvoiced-clauses"}
     assert len(set(key.values())) == len(key)
     assert key["piper"] == judge._cache_file(tmp_path, model, ["a"], 1, "piper", "w")
@@ -177,9 +179,9 @@ def test_cache_file_is_per_system_seed_and_whisper(judge, tmp_path):
 
 def test_report_splits_files_and_pairs_with_the_baseline(judge):
     counts = np.array([10.0, 10.0, 20.0])
-    scores = {"piper": judge.Scores(np.array([[1.0, 0.0, 2.0]]), counts,
+    scores = {"piper": wer.Scores(np.array([[1.0, 0.0, 2.0]]), counts,
                                     np.zeros((1, 3)), counts * 4),
-              "cosyvoiced": judge.Scores(np.array([[0.0, 0.0, 0.0]]), counts,
+              "cosyvoiced": wer.Scores(np.array([[0.0, 0.0, 0.0]]), counts,
                                          np.zeros((1, 3)), counts * 4)}
     runs = {name: judge.JudgeRun([["x"] * 3], 1.5, 2.0) for name in scores}
     out = judge.report([("a.txt", 2), ("dir/b.txt", 1)], runs, scores, "piper")
@@ -190,8 +192,8 @@ def test_report_splits_files_and_pairs_with_the_baseline(judge):
     assert "wer_diff_vs_piper" not in out["piper"]
     diff = out["cosyvoiced"]["wer_diff_vs_piper"]
     assert diff["points"] == pytest.approx(-7.5) and diff["lo"] <= -7.5 <= diff["hi"] <= 0
-    assert judge.worst(scores["piper"], 2) == [2, 0]
-    assert judge.worst(scores["cosyvoiced"]) == []
+    assert wer.worst(scores["piper"], 2) == [2, 0]
+    assert wer.worst(scores["cosyvoiced"]) == []
 
 
 # -- a real comparison ---------------------------------------------------------------------
