@@ -30,11 +30,14 @@ lint: $(BIN)/.stamp-test
 # The suites, then the load ramp side by side with Piper's servers and cosyvoiced with its
 # admission limit out of the way, one knee rule for all (medium profile: +2 streams
 # every 20 s, sized for small boxes), which rewrites the ramp section of docs/performance.md
-# and the plots in docs/loadgen/.
+# and the plots in docs/loadgen/; then the call-center script mix (prompt cache on) beside
+# the peers, into its own section and docs/loadgen/script/.
 bench: $(BIN)/.stamp-test
 	for s in tts download prompts io streams features asr listen calls encode scaleout; do $(BIN)/python -m tools.bench $$s || true; done
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --mix tts=2,call=1,wyoming=1 \
 		--idle-calls 60 --peers piper-http,wyoming-piper,cosyvoiced-noadmit --nice -10 --docs
+	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --text script \
+		--peers piper-http,wyoming-piper --nice -10 --out var/loadgen-script --docs
 
 $(VENV)/.stamp-system: Makefile
 	@missing=$$(for p in $(APT_PACKAGES); do \

@@ -59,12 +59,14 @@ import tools.loadgen.report as report
 from tools.loadgen.memory import idle_calls_pss
 from tools.loadgen.ramp import RampResult, Server, in_turns, parse_mix, ramp
 from tools.loadgen.stats import PROFILES, Profile, loadavg_1m
-from tools.loadgen.streams import CallStream
+from tools.loadgen.streams import CallStream, Stream
 
 REPO = Path(__file__).resolve().parents[2]
 PEERS = ("piper-http", "wyoming-piper", "cosyvoiced-noadmit")
 PEER_KIND = {"piper-http": "piper", "wyoming-piper": "wyoming", "cosyvoiced-noadmit": "tts"}
 NO_ADMISSION = ("workers.admit_busy_max=4.0", "workers.max_streams=100000")
+SCRIPT_CACHE = ("tts.cache_mb=64.0",)
+"""The script mix runs cosyvoiced with its prompt cache, as configs/callcenter.toml does."""
 """cosyvoiced with admission out of the way: what its scheduler does past capacity."""
 
 
@@ -79,6 +81,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     src.add_argument("--start-daemon", action="store_true",
                      help="start cosyvoiced (dev config, free ports) for the run")
     p.add_argument("--mix", default="tts=1", help="stream kinds by ratio: tts, wyoming, call")
+    p.add_argument("--text", choices=("ivr", "script"), default="ivr",
+                   help="what the streams ask for: ivr (a few IVR replies; cosyvoiced's "
+                        "prompt cache off: the engine is measured) or script (a call-center "
+                        "script: a fixed prompt then a per-caller value; the cache on, as "
+                        "configs/callcenter.toml has it)")
     p.add_argument("--profile", choices=tuple(PROFILES), default="full")
     p.add_argument("--quick", action="store_true", help="same as --profile quick (CI)")
     p.add_argument("--start", type=int, help="streams in the first step")
@@ -182,12 +189,13 @@ def run(args: argparse.Namespace, argv: list[str]) -> int:
             raise SystemExit(f"unknown peer {w!r}; peers: {', '.join(PEERS)}")
     if "call" in mix:
         CallStream.corpus = corpus()
+    Stream.script = args.text == "script"
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": report.machine(), "loadavg_before": loadavg_1m(),
             "command": shlex.join([".venv/bin/python", "-m", "tools.loadgen", *argv]),
             "profile_name": args.profile, "profile": dataclasses.asdict(prof),
-            "cpus": args.cpus}
+            "cpus": args.cpus, "text": args.text}
     meta["turns"] = not args.sequential
     meta["commit"] = commit()
     autogroup_before = None
@@ -208,7 +216,8 @@ def ramps_and_report(args: argparse.Namespace, meta: dict, mix: dict[str, float]
         managed: list[peers.Managed] = []
         try:
             if args.start_daemon:
-                daemon, server = peers.start_cosyvoiced(tmp, args.cpus, args.workers)
+                daemon, server = peers.start_cosyvoiced(tmp, args.cpus, args.workers,
+                                                        _cache(args))
                 managed.append(daemon)
             else:
                 server = peers.attach(args.url.rstrip("/"))
@@ -228,6 +237,10 @@ def ramps_and_report(args: argparse.Namespace, meta: dict, mix: dict[str, float]
     return finish(args, meta, ramps)
 
 
+def _cache(args: argparse.Namespace) -> tuple[str, ...]:
+    return SCRIPT_CACHE if args.text == "script" else ()
+
+
 def side_by_side(args: argparse.Namespace, server: Server, wanted: list[str], prof: Profile,
                  tmp: Path, managed: list[peers.Managed], meta: dict) -> list[RampResult]:
     """The TTS-only ramp on cosyvoiced and on each peer: in turns (all servers up, one
@@ -238,7 +251,7 @@ def side_by_side(args: argparse.Namespace, server: Server, wanted: list[str], pr
             if name == "cosyvoiced-noadmit":
                 (tmp / name).mkdir()
                 m, peer = peers.start_cosyvoiced(tmp / name, args.cpus, args.workers,
-                                                 NO_ADMISSION)
+                                                 (*NO_ADMISSION, *_cache(args)))
                 peer.name = name
             else:
                 fn = peers.start_piper_http if name == "piper-http" else \
@@ -278,12 +291,15 @@ def publish(args: argparse.Namespace, doc: dict) -> int:
     (args.out / "loadgen.md").write_text(report.markdown(doc, "."))
     print(report.markdown(doc, None))
     if args.docs:
-        plots = REPO / "docs" / "loadgen"
+        script = doc.get("text") == "script"  # its own section and plots
+        sub = "loadgen/script" if script else "loadgen"
+        plots = REPO / "docs" / sub
         plots.mkdir(parents=True, exist_ok=True)
         for n in report.PLOTS:
             shutil.copy(args.out / n, plots / n)
         # image links relative to docs/performance.md
-        report.update_docs(REPO / "docs" / "performance.md", report.markdown(doc, "loadgen"))
+        report.update_docs(REPO / "docs" / "performance.md", report.markdown(doc, sub),
+                           "loadgen-script" if script else "loadgen")
     return 0
 
 

@@ -44,6 +44,29 @@ REPLIES = (
 )
 """What the streams ask each server to say: IVR-style replies of 3 to 6 s."""
 CALL_REPLY = "I can help with that. One moment while I look it up."
+SCRIPT_PROMPTS = (
+    "Thank you for calling Northwind. This call may be recorded for quality purposes.",
+    "Please hold for a moment while I look up your account.",
+    "For billing, press one. For technical support, press two.",
+    "Is there anything else I can help you with today?",
+    "Your request has been received and a confirmation is on its way.",
+)
+"""A call-center script's fixed prompts: said to every caller, word for word."""
+SCRIPT_VALUES = (
+    "Your balance is {a} dollars and {b} cents.",
+    "Order number {n} ships on {day}.",
+    "Your appointment is on {day} at {h} o'clock.",
+)
+"""The per-caller sentences that follow one: a value each caller hears differently."""
+DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def script_text(rng: random.Random) -> str:
+    """One reply of the call-center script mix: a fixed prompt, then a per-caller value."""
+    value = SCRIPT_VALUES[rng.randrange(len(SCRIPT_VALUES))].format(
+        a=rng.randrange(1, 1000), b=rng.randrange(100), n=rng.randrange(10000, 100000),
+        day=DAYS[rng.randrange(7)], h=rng.randrange(1, 13))
+    return f"{SCRIPT_PROMPTS[rng.randrange(len(SCRIPT_PROMPTS))]} {value}"
 RETRY_S = 1.0
 """A refused or failed stream waits this long before asking again."""
 RESUME_SPREAD_S = 1.0
@@ -113,6 +136,9 @@ class Stream:
     """One client; subclasses implement `once()` (one request, timed)."""
 
     kind = ""
+    script = False
+    """Set once before a ramp: replies from the call-center script mix (`script_text`)
+    instead of the IVR replies."""
 
     def __init__(self, index: int, ends: Endpoints, session: ClientSession,
                  out: list[Reply], rng: random.Random) -> None:
@@ -150,6 +176,8 @@ class Stream:
         raise NotImplementedError
 
     def text(self) -> str:
+        if Stream.script:
+            return script_text(self.rng)
         return REPLIES[self.rng.randrange(len(REPLIES))]
 
 
@@ -267,8 +295,9 @@ class CallController:
                     call.transcribed(time.monotonic())
                 elif ev["type"] == "voice_stopped":
                     call.said_s = time.monotonic()
+                    text = script_text(call.rng) if Stream.script else CALL_REPLY
                     async with self.session.post(f"{self.http}/v1/calls/{ev['stream']}/say",
-                                                 json={"text": CALL_REPLY}) as resp:
+                                                 json={"text": text}) as resp:
                         await resp.read()
 
 

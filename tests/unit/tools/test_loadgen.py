@@ -546,3 +546,17 @@ def test_idle_calls_slope_is_fitted_past_the_first_calls(lg):
         np.polyfit([30, 45, 60], [967.1, 968.7, 970.0], 1)[0], abs=1e-4)
     t = doc["targets"][0]
     assert t["ok"] and "30 to 60" in t["name"] and "0 calls 861 MB" in t["detail"]
+
+
+def test_the_script_mix_repeats_its_prompts_and_varies_its_values(lg):
+    import random
+
+    rng = random.Random(3)
+    texts = [lg.streams.script_text(rng) for _ in range(200)]
+    # each reply opens with a fixed prompt, and goes on with a value of its own
+    assert all(any(t.startswith(p) for p in lg.streams.SCRIPT_PROMPTS) for t in texts)
+    assert len(set(texts)) > 150
+    ours, piper = _results(lg)
+    doc = lg.report.summarize([ours, piper], {"machine": {}, "text": "script"})
+    same = [t for t in doc["targets"] if t["name"].startswith("cosyvoiced / piper-http")][0]
+    assert same["goal"] == ">= 3" and same["ok"]  # 6 vs 2
