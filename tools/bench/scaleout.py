@@ -2,16 +2,17 @@
 
 The same call-center load as the `calls` suite (real prompts at real-time pace, a reply
 into the call after each utterance) is ramped in steps against (1) one daemon with two
-workers on this box's CPUs 0-1, called directly, and (2) two daemons with one worker each
+workers on this box's CPUs 0-1, called directly, (2) two daemons with one worker each
 (CPU 0, CPU 1) behind real HAProxy running the shipped `contrib/haproxy/haproxy.cfg`, on
-loopback. The setups take turns at each step, all daemons up throughout, so other jobs on
-the box weigh on both alike. Both share the same two cores, so the ratio is the cost of
-the proxy hop and of the split, not a gain. A step passes with zero underruns, drops and
-refusals and reply first audio p95 <= 500 ms. Then the hop alone: one call at a time on
-the idle pair, alternately straight to a daemon and through HAProxy, dial to the
-greeting's first speech (medians). Then (3) one daemon of the pair is killed
-(SIGKILL) and a call is placed every 100 ms: the time from the kill to the first call
-answered (its greeting heard) by the survivor.
+loopback, and (3) the same pair called straight, callers dealt to each daemon in turn:
+the split without the proxy. The setups take turns at each step, all daemons up
+throughout, so other jobs on the box weigh on all alike. All share the same two cores, so
+(2) vs (1) is the cost of the proxy hop and of the split, not a gain; (3) tells them
+apart. A step passes with zero underruns, drops and refusals and reply first audio p95
+<= 500 ms. Then the hop alone: one call at a time on the idle pair, alternately straight
+to a daemon and through HAProxy, dial to the greeting's first speech (medians). Then one
+daemon of the pair is killed (SIGKILL) and a call is placed every 100 ms: the time from
+the kill to the first call answered (its greeting heard) by the survivor.
 """
 
 from __future__ import annotations
@@ -53,10 +54,10 @@ def _box(d: Daemon) -> Box:
     return Box(d.port, int(d.http.rsplit(":", 1)[1]), int(agent.rsplit(":", 1)[1]))
 
 
-def _step(daemons: list[Daemon], target: SimpleNamespace, n: int, duration_s: float,
+def _step(daemons: list[Daemon], targets: list[SimpleNamespace], n: int, duration_s: float,
           corpus: list[np.ndarray], rng: random.Random) -> tuple[bool, list]:
-    """`n` calls against `target` (a daemon, or HAProxy in front of `daemons`): passed,
-    and the table row's figures."""
+    """`n` calls dealt round-robin over `targets` (a daemon, HAProxy in front of `daemons`,
+    or the daemons themselves): passed, and the table row's figures."""
     before = [d.counters() for d in daemons]
     logs: dict[str, CallLog] = {}
 
@@ -65,7 +66,8 @@ def _step(daemons: list[Daemon], target: SimpleNamespace, n: int, duration_s: fl
         ctls = [asyncio.create_task(_controller(d.http, logs, stop)) for d in daemons]
         await asyncio.sleep(0.3)
         peers = await asyncio.gather(*(
-            _caller(target, corpus, duration_s, i * 3.0 / n, logs, rng)  # type: ignore[arg-type]
+            _caller(targets[i % len(targets)], corpus, duration_s, i * 3.0 / n, logs,  # type: ignore[arg-type]
+                    rng)
             for i in range(n)))
         stop.set()
         for c in ctls:
@@ -156,10 +158,10 @@ def run(quick: bool) -> Report:
     duration_s = 10.0 if quick else 20.0
     report = Report("scaleout", ["setup", "calls", "reply first audio p50 ms", "p95 ms",
                                  "underruns", "dropped", "refused", "pass"])
-    alone, both = "one daemon", "two daemons via haproxy"
-    passed: dict[str, dict[int, float]] = {alone: {}, both: {}}
+    alone, both, dealt = "one daemon", "two daemons via haproxy", "two daemons, dealt in turn"
+    passed: dict[str, dict[int, float]] = {alone: {}, both: {}, dealt: {}}
     """Steps each setup passed before its first failure, with their reply p95."""
-    ran: dict[str, dict[int, float]] = {alone: {}, both: {}}
+    ran: dict[str, dict[int, float]] = {alone: {}, both: {}, dealt: {}}
     """Every step each setup ran, with its reply p95."""
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
@@ -178,8 +180,10 @@ def run(quick: bool) -> Report:
             proxy = Haproxy(tmp, (_box(pair[0]), _box(pair[1]))).start()
             proxy.wait_for(lambda s: all(v["status"] == "UP" for v in s.values()),
                            "both up", 20.0)
-            setups = {alone: ([one], SimpleNamespace(host=one.host, port=one.port)),
-                      both: (pair, SimpleNamespace(host="127.0.0.1", port=proxy.calls_port))}
+            setups = {alone: ([one], [SimpleNamespace(host=one.host, port=one.port)]),
+                      both: (pair, [SimpleNamespace(host="127.0.0.1", port=proxy.calls_port)]),
+                      # the split alone, without the proxy: each caller straight to a daemon
+                      dealt: (pair, [SimpleNamespace(host=d.host, port=d.port) for d in pair])}
             failed: set[str] = set()
             for n in steps:  # the setups take turns step by step: background load hits both
                 for label, (ds, target) in setups.items():
@@ -204,12 +208,14 @@ def run(quick: bool) -> Report:
             if proxy is not None:
                 proxy.stop()
     n_alone, n_both = max(passed[alone], default=0), max(passed[both], default=0)
+    n_dealt = max(passed[dealt], default=0)
     ratio = n_both / n_alone if n_alone else 0.0
     # reply p95 at the largest load both ran: the split into two daemons and the noise of
     # a near-full box, more than the hop (measured on its own below)
     at = max((n for n in ran[both] if n in ran[alone]), default=0)
     added_ms = proxied_ms - direct_ms
-    report.figures = {"calls_alone": n_alone, "calls_via_haproxy": n_both, "ratio": ratio,
+    report.figures = {"calls_alone": n_alone, "calls_via_haproxy": n_both,
+                      "calls_dealt_to_the_pair": n_dealt, "ratio": ratio,
                       "reply_p95_ms_at_step": at,
                       "reply_p95_ms_alone": ran[alone].get(at),
                       "reply_p95_ms_via_haproxy": ran[both].get(at),
@@ -218,6 +224,9 @@ def run(quick: bool) -> Report:
     report.notes.append(f"{duration_s:.0f} s per step, the two setups taking turns; callers "
                         "speak ~35% of the time and run on the same box; one daemon: 2 "
                         "workers on CPUs 0-1; the pair: 1 worker each on CPU 0 and CPU 1")
+    report.notes.append(f"calls sustained: one daemon {n_alone}, the pair via haproxy {n_both}, "
+                        f"the pair with callers dealt to each daemon in turn {n_dealt} (the "
+                        "split without the proxy)")
     report.notes.append(f"reply p95 at {at} calls, the largest step both ran: "
                         f"{ran[alone].get(at, 0):.0f} ms alone, "
                         f"{ran[both].get(at, 0):.0f} ms via haproxy")
