@@ -71,7 +71,10 @@ class Daemon:
                 f"service.cache_dir={json.dumps(str(REPO / 'var' / 'cache'))}",
                 'api.listen=["tcp://127.0.0.1:0"]', 'audiosocket.listen="127.0.0.1:0"',
                 "wyoming.enabled=false", "workers.count=2",
-                'workers.cpus="0-1"', "workers.max_streams=10000", *overrides]
+                'workers.cpus="0-1"', "workers.max_streams=10000",
+                # one reply said all day would come from the prompt cache: the engine is
+                # measured, not the cache (the `prompts` suite measures that)
+                "tts.cache_mb=0", *overrides]
         args = [str(Path(sys.executable).parent / "cosyvoiced"), "run", "--config",
                 str(REPO / "configs" / "dev.toml")]
         for s in sets:
