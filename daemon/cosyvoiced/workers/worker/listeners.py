@@ -37,7 +37,8 @@ WARMUP_FRAMES = 150
 
 class WorkerListening:
     def __init__(self, setup: Any, vad: VadTicker, send: Callable[[object], None],
-                 cpus: int = 1, *, on_busy: Callable[[float], None] | None = None) -> None:
+                 cpus: int = 1, *, on_decoded: Callable[[float, float], None] | None = None,
+                 on_heard: Callable[[float], None] | None = None) -> None:
         self.setup = setup
         self.vad = vad
         self.send = send
@@ -56,7 +57,9 @@ class WorkerListening:
             self.asr = AsrQueue(self.decoder, self._transcribed, max_batch=asr_cfg.max_batch,
                                 on_idle=self._ack)
             self.pool = MelPool(setup.vad, cache_dir=setup.cache_dir)
-            self.runner = AsrRunner(self.asr, on_busy)
+            self.runner = AsrRunner(self.asr, on_decoded)
+        self.on_heard = on_heard
+        """Told the seconds of speech of each utterance queued for the decoder."""
 
     def __len__(self) -> int:
         return len(self.taps)
@@ -143,6 +146,9 @@ class WorkerListening:
             if asr is None:
                 return
             urgent = stream_id not in self.taps  # being closed: due now
+            utt = item if isinstance(item, Utterance) else getattr(item, "utterance", None)
+            if utt is not None and self.on_heard is not None:
+                self.on_heard((utt.end_ms - utt.start_ms) / 1000.0)
             if isinstance(item, Utterance):
                 asr.push(item, urgent=urgent)
             elif isinstance(item, Provisional):
