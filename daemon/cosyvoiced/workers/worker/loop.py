@@ -227,6 +227,7 @@ class Worker:
             if not renice_all(0):
                 log.warning("worker_renice_denied", index=msg.index,
                             note="runs at the spare's low priority; allow LimitNICE")
+            self.listen.lower_priority()
             self.index, self.cpus = msg.index, msg.cpus
             self.meter.cpus = max(1, len(msg.cpus))
             self._ready(self.meter.rtf, self.stats.get("vad_us"))
