@@ -62,8 +62,11 @@ of a few calls."""
 class LoadMeter:
     """A worker's load in one currency, core-seconds per second, measured in the worker.
 
-    * `busy`: the CPU time of the whole process (every thread: the loop's TTS steps and
-      VAD ticks, the Whisper decode threads) per second of wall time, over its CPUs;
+    * `busy`: the larger of the CPU time of the whole process (every thread: the loop's
+      TTS steps and VAD ticks, the Whisper decode threads) per second of wall time over
+      its CPUs, and the share of wall time its loop spent working (`add_busy`: that one
+      also counts the time other processes took the core while a step ran, so a worker
+      that cannot keep up on a shared box shows it);
     * `rtf`: TTS synthesis seconds per second of speech made;
     * `asr_rtf`: Whisper decode CPU seconds per second of speech decoded;
     * `speech_share`: seconds of speech decoded per second of listen stream, so that a
@@ -85,6 +88,7 @@ class LoadMeter:
         self.cpus = max(1, cpus)
         self.cpu_clock = cpu_clock
         self.busy = 0.0
+        self._busy_s = 0.0
         self._cpu0 = cpu_clock()
         self._start_s = time.monotonic() if start_s is None else start_s
         self._synth_s = 0.0
@@ -122,6 +126,10 @@ class LoadMeter:
         """Speech decoded per second of listen stream (`SPEECH_SHARE_PRIOR` at first)."""
         return self._heard_s / self._listened_s
 
+    def add_busy(self, seconds: float) -> None:
+        """The loop worked `seconds` of wall time (a VAD tick, a TTS step)."""
+        self._busy_s += seconds
+
     def add_clause(self, synth_s: float, audio_s: float) -> None:
         if audio_s <= 0:
             return
@@ -148,7 +156,8 @@ class LoadMeter:
         if elapsed < self.window_s:
             return False
         cpu = self.cpu_clock()
-        frac = min(1.0, (cpu - self._cpu0) / elapsed / self.cpus)
+        frac = min(1.0, max((cpu - self._cpu0) / elapsed / self.cpus, self._busy_s / elapsed))
+        self._busy_s = 0.0
         self.busy = self.busy + self.alpha * (frac - self.busy)
         if listening:
             keep = 1.0 - self.SHARE_DECAY

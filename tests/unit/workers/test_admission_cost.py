@@ -60,7 +60,8 @@ def test_the_default_limit_lets_a_worker_run_to_90_percent_of_its_capacity():
 
 def test_the_busy_figure_is_cpu_time_of_every_thread_counted_once():
     """Busy is the process's CPU seconds per second over its CPUs: a Whisper batch
-    decoding while the loop synthesizes is not counted twice (it was, as wall time)."""
+    decoding while the loop synthesizes is not counted twice (it was, as wall time, the
+    decode's added to the loop's)."""
     cpu = [0.0]
     meter = LoadMeter(window_s=1.0, alpha=1.0, cpus=1, cpu_clock=lambda: cpu[0], start_s=0.0)
     cpu[0] = 0.6  # 0.4 s of Whisper and 0.2 s of TTS, overlapping in wall time
@@ -69,6 +70,19 @@ def test_the_busy_figure_is_cpu_time_of_every_thread_counted_once():
     two = LoadMeter(window_s=1.0, alpha=1.0, cpus=2, cpu_clock=lambda: cpu[0], start_s=0.0)
     cpu[0] = 1.6
     assert two.roll(1.0) and two.busy == pytest.approx(0.5)  # (1.6 - 0.6) / 2 CPUs
+
+
+def test_a_loop_that_never_rests_is_busy_whatever_cpu_time_it_got():
+    """On a shared box other processes take the core while a step runs: the loop's wall
+    time at work says the worker is full though its CPU time does not."""
+    cpu = [0.0]
+    meter = LoadMeter(window_s=1.0, alpha=1.0, cpu_clock=lambda: cpu[0], start_s=0.0)
+    cpu[0] = 0.55
+    meter.add_busy(0.97)
+    assert meter.roll(1.0) and meter.busy == pytest.approx(0.97)
+    cpu[0] = 1.15
+    meter.add_busy(0.2)  # the rest was a Whisper decode on its own threads
+    assert meter.roll(2.0) and meter.busy == pytest.approx(0.6)
 
 
 def test_whisper_rtf_and_speech_share_are_moving_figures():

@@ -169,6 +169,8 @@ class Worker:
             elif work == "tts" and self.tts.step(now):
                 did = True
                 self.clauses += 1
+            if did:  # the loop's own wall time; a Whisper decode's is in the CPU figure
+                meter.add_busy(perf() - t0)
             if meter.roll(time.monotonic(), len(self.listen)):
                 self._publish_stats()
                 if now - self._trimmed_at >= TRIM_EVERY_S:
