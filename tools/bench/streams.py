@@ -119,21 +119,24 @@ def _tts_run(loop, pool, n: int, admit: bool = False) -> dict:
     reader.start()
     pids = [s.proc.pid for s in pool.slots]
     cpu0, t0 = _cpu_s(pids), time.monotonic()
+    refused: list[str] = []
 
     async def go():
         hs, said, lsn, rids = [], [], [], []
         for _ in range(n):
             try:
                 h = await pool.open_tts_stream()
-            except Overloaded:
+            except Overloaded as exc:
                 if not admit:
                     raise
+                refused.append(f"{exc}; loads {pool.loads()}")
                 break
             listener = reader.add(h.stream_id, h.ring, h.rate_hz)
             at = time.monotonic()
             try:
                 rid = await h.say(TEXT)
-            except Overloaded:
+            except Overloaded as exc:
+                refused.append(f"{exc}; loads {pool.loads()}")
                 reader.remove(h.stream_id)
                 await h.close()
                 if not admit:
@@ -164,7 +167,8 @@ def _tts_run(loop, pool, n: int, admit: bool = False) -> dict:
     return {"n": len(under), "underruns": sum(under), "streams_with_underruns": sum(1 for u in under if u),
             "ttfa_p50_s": float(np.percentile(ttfa, 50)),
             "ttfa_p95_s": float(np.percentile(ttfa, 95)),
-            "cpu_cores": (_cpu_s(pids) - cpu0) / wall, "audio_s": audio_s}
+            "cpu_cores": (_cpu_s(pids) - cpu0) / wall, "audio_s": audio_s,
+            **({"refused": refused[0]} if refused else {})}
 
 
 def _admitted(loop, pool, most: int) -> dict:
