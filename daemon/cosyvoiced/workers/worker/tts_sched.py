@@ -312,6 +312,8 @@ class TtsScheduler:
         if self.on_clause is not None:
             self.on_clause(dt, n / stream.rate_hz)
         now = self.clock()
+        if first and n:
+            job.first_made_s = now
         if (first and n and self.first_audio_s > 0 and self.policy == "edf" and not job.first_sent
                 and not stream.pending and not stream.ring.available()):
             stream.hold_until_s = job.received_s + self.first_audio_s  # see _release
@@ -383,6 +385,7 @@ class TtsScheduler:
                 self.emit(FirstAudio(stream.id, job.request_id, now_s - job.received_s))
                 log.debug("tts_first_audio", stream=stream.id, request=job.request_id,
                           latency_ms=round((now_s - job.received_s) * 1000, 1),
+                          made_ms=round((job.first_made_s - job.received_s) * 1000, 1),
                           synth_ms=round(job.synth_s * 1000, 1))
             job.written += n
             stream.pending_samples -= n

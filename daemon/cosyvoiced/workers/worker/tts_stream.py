@@ -41,6 +41,8 @@ class SayJob:
     written: int = 0
     synth_done: bool = False
     first_sent: bool = False
+    first_made_s: float = 0.0
+    """When its first audio was synthesized (it may then be held: `TtsScheduler`)."""
     steps: Steps | None = None
     """What its next steps will be, once its synthesis started (`make_gen` fills it in
     from the engine's `Synthesis.upcoming`): the scheduler's guess of each one's cost."""
