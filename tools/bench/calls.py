@@ -11,6 +11,10 @@ first audio p95 <= 500 ms and barge-in p95 <= 400 ms.
 Figures per step: calls, reply first-audio p50/p95 (from `voice_stopped` reaching the
 controller to the first reply frame at the caller), barge-in p95 (caller speech onset
 to the last reply frame), inter-frame jitter p99, underruns, drops, refusals, CPU.
+
+`COSYVOICED_BENCH_LOG` keeps the daemon's log at that path; `COSYVOICED_BENCH_SET` adds
+`--set` overrides (separated by ";"), e.g. `log.level="debug"` to see each reply's first
+audio and each Whisper batch in it; `COSYVOICED_BENCH_CALLS` sets the steps ("8,12,16").
 """
 
 from __future__ import annotations
@@ -212,6 +216,8 @@ def run(quick: bool) -> Report:
     corpus = [(p.samples() * 32767).astype(np.int16) for p in prompts()
               if 1.0 < p.samples().shape[0] / 8000 < 4.0][:60]
     steps = [4, 8] if quick else [8, 16, 24, 32, 40, 48, 56, 64]
+    if os.environ.get("COSYVOICED_BENCH_CALLS"):
+        steps = [int(x) for x in os.environ["COSYVOICED_BENCH_CALLS"].split(",")]
     duration_s = 20.0 if quick else 40.0
     report = Report("calls", ["calls", "reply first audio p50 ms", "p95 ms",
                               "barge-in p95 ms", "jitter p99 ms", "underruns", "dropped",
@@ -219,7 +225,8 @@ def run(quick: bool) -> Report:
     best = 0
     best_row: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        d = Daemon(Path(tmp))
+        extra = tuple(x for x in os.environ.get("COSYVOICED_BENCH_SET", "").split(";") if x)
+        d = Daemon(Path(tmp), extra)
         try:
             for n in steps:
                 before, cpu0, t0 = d.counters(), _cpu_s(d.pids), time.monotonic()

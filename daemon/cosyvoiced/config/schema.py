@@ -86,9 +86,10 @@ class WorkersConfig:
     """tts.decode = "clauses": workers cut clauses longer than this (tts.max_clause_chars
     when smaller): each clause is one uninterruptible ONNX run, so a long one delays every
     other stream on its worker (80 chars: about 3.5 s of speech)."""
-    admit_busy_max: float = opt(0.85, min=0.05, max=4.0, live=True)
-    """Refuse new streams/requests when a worker's load with one more would exceed this
-    (busy fraction of its CPUs; load = max(measured busy, speaking streams x RTF))."""
+    admit_busy_max: float = opt(0.95, min=0.05, max=4.0, live=True)
+    """Refuse new streams/requests when a worker's load with one more would exceed this,
+    in core-seconds per second of its CPUs: load = max(measured CPU busy, speaking
+    streams x TTS RTF + listen streams x (VAD + speech share x Whisper RTF))."""
     spare: bool = opt(True)
     """Keep one warm spare worker that takes over a dead worker's slot at once."""
     restart_backoff_s: float = opt(0.5, min=0.0, max=600.0, live=True)

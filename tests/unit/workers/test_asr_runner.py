@@ -38,7 +38,7 @@ def test_the_runner_decodes_off_the_loop_thread_and_delivers_on_it():
     clock = Clock()
     dec, out, busy = FakeDecoder(gated=True), [], []
     q = AsrQueue(dec, lambda sid, t: out.append((sid, threading.get_ident())), clock=clock)
-    runner = AsrRunner(q, on_busy=busy.append)
+    runner = AsrRunner(q, on_decoded=lambda cpu_s, speech_s: busy.append(speech_s))
     try:
         q.push(utt("a", clock.t))
         assert runner.wake_in() == 0.0

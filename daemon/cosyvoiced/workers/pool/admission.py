@@ -1,9 +1,14 @@
 """Load-based admission: who takes a new stream or request, or a typed `Overloaded`.
 
-Each worker measures its own busy fraction and clause real-time factor (RTF); the pool
-knows how many of each worker's TTS streams are speaking and how many listen streams it
-holds. A worker's load is the larger of what it measured and what the model says
-(`speaking x rtf + listen windows x cost`); the measured figure lags, the modelled one
+Every figure is in one currency, core-seconds per second (a fraction of the worker's
+CPUs). Each worker measures its CPU busy fraction (every thread: TTS, VAD, Whisper), its
+TTS real-time factor (RTF: synthesis seconds per second of speech), its VAD cost per
+window, its Whisper RTF (decode CPU seconds per second of speech) and how much of a
+listen stream's time is speech to decode. The pool knows how many of each worker's TTS
+streams are speaking and how many listen streams it holds. So a speaking stream costs
+`rtf`, a listen stream `VAD windows per second x cost + speech share x Whisper RTF`, and
+a call is the sum of its listen stream and its replies. A worker's load is the larger
+of what it measured and what the model says; the measured figure lags, the modelled one
 reacts at once. New work goes to the least loaded live worker whose load with one more
 stream stays within `busy_max`; if none, the request is refused rather than letting
 every stream on the worker fall behind. A worker speaking for no one always takes one
@@ -34,10 +39,17 @@ class WorkerLoad:
     """TTS streams with requests in flight."""
     listening: int
     streams: int
+    asr_rtf: float = 0.0
+    """Measured Whisper decode CPU seconds per second of speech (0: ASR off)."""
+    speech_share: float = 0.0
+    """Measured seconds of speech decoded per second of a listen stream."""
+
+    def listen_cost(self) -> float:
+        """What one listen stream costs: its VAD windows and its expected Whisper decodes."""
+        return self.vad_us * 1e-6 / VAD_WINDOW_S + self.asr_rtf * self.speech_share
 
     def modelled(self) -> float:
-        vad = self.listening * self.vad_us * 1e-6 / VAD_WINDOW_S
-        return self.speaking * self.rtf + vad
+        return self.speaking * self.rtf + self.listening * self.listen_cost()
 
     def load(self) -> float:
         return max(self.busy, self.modelled())
@@ -66,7 +78,7 @@ class Admission:
     def cost(self, load: WorkerLoad, kind: str) -> float:
         if kind == "tts":
             return load.rtf
-        return load.vad_us * 1e-6 / VAD_WINDOW_S
+        return load.listen_cost()
 
     def choose(self, loads: Sequence[WorkerLoad], kind: str) -> int:
         """Index of the worker with the fewest streams among those that can take one

@@ -236,13 +236,15 @@ class AsrRunner:
     POLL_S = 0.005
     """How often the loop looks for a finished batch while one is running."""
 
-    def __init__(self, queue: AsrQueue, on_busy: Callable[[float], None] | None = None) -> None:
+    def __init__(self, queue: AsrQueue,
+                 on_decoded: Callable[[float, float], None] | None = None) -> None:
         self.queue = queue
-        self.on_busy = on_busy
-        """Told each batch's decode time (the worker's load meter)."""
+        self.on_decoded = on_decoded
+        """Told each batch's CPU seconds and seconds of speech (the worker's load meter)."""
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="asr")
         self._jobs: list[AsrJob] = []
         self._future: Future[tuple[list[Any], float]] | None = None
+        self._cpu0 = (0.0, 0.0)
 
     @property
     def running(self) -> bool:
@@ -262,8 +264,15 @@ class AsrRunner:
         if self._future is not None or not len(self.queue):
             return False
         self._jobs = self.queue.take()
+        self._cpu0 = (time.process_time(), time.thread_time())
         self._future = self._pool.submit(self.queue.decode, self._jobs)
         return True
+
+    def _cpu_s(self) -> float:
+        """CPU seconds the batch took: the process's meanwhile, less the loop thread's
+        (TTS steps and VAD ticks run on while Whisper decodes on its own threads)."""
+        process0, loop0 = self._cpu0
+        return max(0.0, (time.process_time() - process0) - (time.thread_time() - loop0))
 
     def poll(self) -> int:
         """Deliver a finished batch (returns its utterances) and start the next."""
@@ -272,8 +281,12 @@ class AsrRunner:
         if fut is not None and fut.done():
             results, took = fut.result()
             jobs, self._jobs, self._future = self._jobs, [], None
-            if self.on_busy is not None:
-                self.on_busy(took)
+            cpu_s = self._cpu_s()
+            speech_s = sum(j.utterance.end_ms - j.utterance.start_ms for j in jobs) / 1000.0
+            log.debug("asr_batch", utterances=len(jobs), speech_s=round(speech_s, 2),
+                      took_ms=round(took * 1000, 1), cpu_ms=round(cpu_s * 1000, 1))
+            if self.on_decoded is not None:
+                self.on_decoded(cpu_s, speech_s)
             done = self.queue.deliver(jobs, results, took)
         self.start()
         return done

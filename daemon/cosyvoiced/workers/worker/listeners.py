@@ -6,6 +6,8 @@ here, finished utterances are queued on an `AsrQueue`, and the loop asks `pick_w
 whether the next unit of work is a TTS clause or an ASR batch (policy in `asr_sched`).
 Batches are decoded on a background thread (`AsrRunner`): the loop starts one, keeps
 ticking the VAD (and synthesizing) meanwhile, and delivers its transcripts when done.
+Whisper's threads run `ASR_NICE` below the loop, so on a shared core the TTS steps and
+VAD ticks take the CPU first and the decode gets the rest.
 
 Closing a listen stream reads what is left in its ring, ends an open utterance
 (`voice_stopped`, reason "closed"), makes its queued utterances due now, and sends
@@ -25,6 +27,7 @@ import structlog
 from cosyvoiced.listen.asr import Utterance
 from cosyvoiced.listen.events import Transcript
 from cosyvoiced.workers import messages as m
+from cosyvoiced.workers.worker.affinity import ASR_NICE, lower_threads, thread_ids
 from cosyvoiced.workers.worker.asr_sched import AsrQueue, AsrRunner, pick_work, tts_latest_start_s
 from cosyvoiced.workers.worker.utterances import Confirm, ListenTap, MelPool, Provisional, Retract
 from cosyvoiced.workers.worker.vad_tick import VadTicker
@@ -37,7 +40,8 @@ WARMUP_FRAMES = 150
 
 class WorkerListening:
     def __init__(self, setup: Any, vad: VadTicker, send: Callable[[object], None],
-                 cpus: int = 1, *, on_busy: Callable[[float], None] | None = None) -> None:
+                 cpus: int = 1, *, on_decoded: Callable[[float, float], None] | None = None,
+                 on_heard: Callable[[float], None] | None = None) -> None:
         self.setup = setup
         self.vad = vad
         self.send = send
@@ -49,14 +53,20 @@ class WorkerListening:
         self.runner: AsrRunner | None = None
         self.pool: MelPool | None = None
         self.decoder: Any = None
+        self.asr_threads: set[int] = set()
+        """The threads Whisper decodes on (`lower_priority`)."""
         if asr_cfg is not None and asr_cfg.enabled:
             from cosyvoiced.listen.asr import WhisperAsr
 
+            before = thread_ids()
             self.decoder = WhisperAsr(asr_cfg, threads=max(1, min(asr_cfg.threads, cpus)))
+            self.asr_threads = thread_ids() - before
             self.asr = AsrQueue(self.decoder, self._transcribed, max_batch=asr_cfg.max_batch,
                                 on_idle=self._ack)
             self.pool = MelPool(setup.vad, cache_dir=setup.cache_dir)
-            self.runner = AsrRunner(self.asr, on_busy)
+            self.runner = AsrRunner(self.asr, on_decoded)
+        self.on_heard = on_heard
+        """Told the seconds of speech of each utterance queued for the decoder."""
 
     def __len__(self) -> int:
         return len(self.taps)
@@ -70,13 +80,22 @@ class WorkerListening:
         self.pool.release(self.pool.acquire())  # the filterbank: from the cache after a first run
         rng = np.random.default_rng(0)
         frames = (rng.standard_normal((WARMUP_FRAMES, 80)) * 0.1 - 6.0).astype(np.float32)
+        before = thread_ids()
         t0 = time.perf_counter()
         self.decoder.transcribe([Utterance(frames, 0, WARMUP_FRAMES * 10, time.monotonic())])
         took = time.perf_counter() - t0
         assert self.asr is not None and self.runner is not None
         self.asr.batch_s = took
         self.runner.warm_up()  # its thread exists (and is pinned) before Ready
+        self.asr_threads |= thread_ids() - before
+        self.lower_priority()
         return took
+
+    def lower_priority(self) -> None:
+        """Whisper decodes below the loop's priority (`ASR_NICE`): a TTS step or VAD tick
+        that comes while a batch decodes on the same core takes the CPU first. Again after
+        a spare adopts a slot (its threads were all reniced)."""
+        lower_threads(self.asr_threads, ASR_NICE)
 
     # --- streams --------------------------------------------------------------------
 
@@ -143,6 +162,9 @@ class WorkerListening:
             if asr is None:
                 return
             urgent = stream_id not in self.taps  # being closed: due now
+            utt = item if isinstance(item, Utterance) else getattr(item, "utterance", None)
+            if utt is not None and self.on_heard is not None:
+                self.on_heard((utt.end_ms - utt.start_ms) / 1000.0)
             if isinstance(item, Utterance):
                 asr.push(item, urgent=urgent)
             elif isinstance(item, Provisional):

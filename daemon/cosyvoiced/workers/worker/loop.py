@@ -28,7 +28,7 @@ from cosyvoiced.workers.setup import WorkerSetup
 from cosyvoiced.workers.stats import LoadMeter, WorkerStats
 from cosyvoiced.workers.worker.affinity import pin_all_threads, renice_all, thread_count
 from cosyvoiced.workers.worker.heap import malloc_trim
-from cosyvoiced.workers.worker.listeners import WorkerListening
+from cosyvoiced.workers.worker.listeners import WARMUP_FRAMES, WorkerListening
 from cosyvoiced.workers.worker.tts_sched import SayJob, TtsScheduler, TtsStream
 from cosyvoiced.workers.worker.vad_tick import VadTicker
 
@@ -52,7 +52,7 @@ class Worker:
         self.conn = conn
         self.setup = setup
         self.stats = WorkerStats(stats_array)
-        self.meter = LoadMeter()
+        self.meter = LoadMeter(cpus=len(cpus))
         # Whole-graph voices: clauses cut shorter here than tts.max_clause_chars may: one
         # clause is one ONNX run that no other stream on this worker can interrupt.
         tts = replace(setup.tts, max_clause_chars=min(setup.tts.max_clause_chars,
@@ -68,7 +68,8 @@ class Worker:
         self._vads: dict[int, SileroBatch] = {}
         self._rings: dict[str, Ring] = {}
         self.listen = WorkerListening(setup, self.vad, self._send, len(cpus),
-                                      on_busy=self.meter.add_busy)
+                                      on_decoded=self.meter.add_decoded,
+                                      on_heard=self.meter.add_heard)
         self._stop = False
         self.clauses = 0
         self._trimmed_at = time.monotonic()
@@ -118,12 +119,15 @@ class Worker:
             for slot in slots:
                 batch.close(slot)
         self.vad_us = vad_us
-        self.listen.warm_up()
+        if took := self.listen.warm_up():
+            self.meter.asr_rtf = took / (WARMUP_FRAMES * 0.01)
         return rtf, vad_us
 
     def _ready(self, rtf: float, vad_us: float) -> None:
         self.stats.set("rtf", rtf)
         self.stats.set("vad_us", vad_us)
+        self.stats.set("asr_rtf", self.meter.asr_rtf)
+        self.stats.set("speech_share", self.meter.speech_share)
         self._send(m.Ready(self.index, os.getpid(), self.cpus, rtf, vad_us,
                            thread_count()))
 
@@ -165,9 +169,9 @@ class Worker:
             elif work == "tts" and self.tts.step(now):
                 did = True
                 self.clauses += 1
-            if did:
+            if did:  # the loop's own wall time; a Whisper decode's is in the CPU figure
                 meter.add_busy(perf() - t0)
-            if meter.roll(time.monotonic()):
+            if meter.roll(time.monotonic(), len(self.listen)):
                 self._publish_stats()
                 if now - self._trimmed_at >= TRIM_EVERY_S:
                     self._trimmed_at = now
@@ -184,6 +188,8 @@ class Worker:
         s.set("busy", self.meter.busy)
         s.set("rtf", self.meter.rtf)
         s.set("vad_us", self.vad_us)
+        s.set("asr_rtf", self.meter.asr_rtf)
+        s.set("speech_share", self.meter.speech_share)
         s.set("tts_streams", len(self.tts.streams))
         s.set("listen_streams", len(self.vad))
         s.set("clauses", self.clauses)
@@ -223,7 +229,9 @@ class Worker:
             if not renice_all(0):
                 log.warning("worker_renice_denied", index=msg.index,
                             note="runs at the spare's low priority; allow LimitNICE")
+            self.listen.lower_priority()
             self.index, self.cpus = msg.index, msg.cpus
+            self.meter.cpus = max(1, len(msg.cpus))
             self._ready(self.meter.rtf, self.stats.get("vad_us"))
             log.info("worker_adopted", index=msg.index, cpus=list(msg.cpus))
         elif isinstance(msg, m.SetPolicy):

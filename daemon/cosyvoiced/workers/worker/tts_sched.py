@@ -36,16 +36,13 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Protocol
 
-import numpy as np
 import structlog
 
 from cosyvoiced.workers.messages import FirstAudio, SayDone, StreamError
-from cosyvoiced.workers.worker.clause_cost import HOLD_MARGIN_S, ClauseCosts, Steps, fits
+from cosyvoiced.workers.worker.clause_cost import HOLD_MARGIN_S, ClauseCosts, fits
+from cosyvoiced.workers.worker.tts_stream import Chunk, ProducerRing, SayJob, TtsStream
 
 log = structlog.get_logger(__name__)
 
@@ -57,62 +54,6 @@ PENDING_RETRY_S = 0.01
 AHEAD_STEP_S = 2.0
 """Room a stream's ring must have for a step served beyond its lookahead when the step's
 audio is not known yet (a request not started: its first steps are small)."""
-
-
-class ProducerRing(Protocol):
-    def write(self, samples: np.ndarray) -> int: ...
-    def available(self) -> int: ...
-    def room(self) -> int: ...
-    def set_playing(self, playing: bool) -> None: ...
-    def request_flush(self) -> None: ...
-
-
-class Chunk(Protocol):
-    audio: np.ndarray
-
-
-@dataclass
-class SayJob:
-    request_id: int
-    text: str
-    options: Any
-    received_s: float
-    synth_s: float = 0.0
-    audio_samples: int = 0
-    written: int = 0
-    synth_done: bool = False
-    first_sent: bool = False
-    steps: Steps | None = None
-    """What its next steps will be, once its synthesis started (`make_gen` fills it in
-    from the engine's `Synthesis.upcoming`): the scheduler's guess of each one's cost."""
-
-
-@dataclass
-class TtsStream:
-    id: str
-    ring: ProducerRing
-    rate_hz: int
-    jobs: deque[SayJob] = field(default_factory=deque)
-    job: SayJob | None = None
-    gen: Iterator[Chunk] | None = None
-    pending: deque[list[Any]] = field(default_factory=deque)
-    """[job, audio, offset] entries not yet in the ring (it was full)."""
-    pending_samples: int = 0
-    play_end_s: float = 0.0
-    """When the audio produced so far ends if played in real time from its first sample."""
-    ready_seq: int = 0
-    last_synth_s: float = 0.0
-    """How long this stream's last step took: the guess for its next one."""
-    hold_until_s: float | None = None
-    """A new request's first audio is held back (not in the ring yet) until then, or
-    until it has `prebuffer_s` of audio, so a loaded worker starts it with a buffer."""
-
-    def has_work(self) -> bool:
-        return self.gen is not None or bool(self.jobs)
-
-    def ahead_s(self, now_s: float) -> float:
-        held = (self.ring.available() + self.pending_samples) / self.rate_hz
-        return max(held, self.play_end_s - now_s)
 
 
 Emit = Callable[[object], None]
@@ -371,6 +312,8 @@ class TtsScheduler:
         if self.on_clause is not None:
             self.on_clause(dt, n / stream.rate_hz)
         now = self.clock()
+        if first and n:
+            job.first_made_s = now
         if (first and n and self.first_audio_s > 0 and self.policy == "edf" and not job.first_sent
                 and not stream.pending and not stream.ring.available()):
             stream.hold_until_s = job.received_s + self.first_audio_s  # see _release
@@ -440,6 +383,10 @@ class TtsScheduler:
                 job.first_sent = True
                 ring.set_playing(True)
                 self.emit(FirstAudio(stream.id, job.request_id, now_s - job.received_s))
+                log.debug("tts_first_audio", stream=stream.id, request=job.request_id,
+                          latency_ms=round((now_s - job.received_s) * 1000, 1),
+                          made_ms=round((job.first_made_s - job.received_s) * 1000, 1),
+                          synth_ms=round(job.synth_s * 1000, 1))
             job.written += n
             stream.pending_samples -= n
             if off + n < audio.shape[0]:

@@ -1,0 +1,76 @@
+"""What the TTS scheduler keeps per stream and per request (`tts_sched.TtsScheduler`).
+
+A `TtsStream` is one playback ring and its queue of `SayJob`s: the request being
+synthesized (its generator of steps), the audio made but not yet in the ring, and when
+that audio ends if played in real time, which is what the scheduler's deadlines are
+computed from (`ahead_s`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from cosyvoiced.workers.worker.clause_cost import Steps
+
+
+class ProducerRing(Protocol):
+    def write(self, samples: np.ndarray) -> int: ...
+    def available(self) -> int: ...
+    def room(self) -> int: ...
+    def set_playing(self, playing: bool) -> None: ...
+    def request_flush(self) -> None: ...
+
+
+class Chunk(Protocol):
+    audio: np.ndarray
+
+
+@dataclass
+class SayJob:
+    request_id: int
+    text: str
+    options: Any
+    received_s: float
+    synth_s: float = 0.0
+    audio_samples: int = 0
+    written: int = 0
+    synth_done: bool = False
+    first_sent: bool = False
+    first_made_s: float = 0.0
+    """When its first audio was synthesized (it may then be held: `TtsScheduler`)."""
+    steps: Steps | None = None
+    """What its next steps will be, once its synthesis started (`make_gen` fills it in
+    from the engine's `Synthesis.upcoming`): the scheduler's guess of each one's cost."""
+
+
+@dataclass
+class TtsStream:
+    id: str
+    ring: ProducerRing
+    rate_hz: int
+    jobs: deque[SayJob] = field(default_factory=deque)
+    job: SayJob | None = None
+    gen: Iterator[Chunk] | None = None
+    pending: deque[list[Any]] = field(default_factory=deque)
+    """[job, audio, offset] entries not yet in the ring (it was full)."""
+    pending_samples: int = 0
+    play_end_s: float = 0.0
+    """When the audio produced so far ends if played in real time from its first sample."""
+    ready_seq: int = 0
+    last_synth_s: float = 0.0
+    """How long this stream's last step took: the guess for its next one."""
+    hold_until_s: float | None = None
+    """A new request's first audio is held back (not in the ring yet) until then, or
+    until it has `prebuffer_s` of audio, so a loaded worker starts it with a buffer."""
+
+    def has_work(self) -> bool:
+        return self.gen is not None or bool(self.jobs)
+
+    def ahead_s(self, now_s: float) -> float:
+        held = (self.ring.available() + self.pending_samples) / self.rate_hz
+        return max(held, self.play_end_s - now_s)
