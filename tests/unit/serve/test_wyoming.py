@@ -428,3 +428,23 @@ def test_a_client_that_stops_reading_is_dropped_and_frees_its_stream():
             await writer.wait_closed()
         await server.stop()
     asyncio.run(main())
+
+
+def test_transcript_is_not_held_back_when_audio_stop_comes_with_the_voice_events():
+    """One chunk holding a whole utterance, then audio-stop: the voice events are being
+    written while the forwarder is cancelled. A swallowed cancel (Python 3.11's wait_for)
+    kept the transcript until the client went away."""
+    async def main():
+        server, port = await _server(FakeSpeech())
+        audio = np.zeros(8000, dtype=np.int16)
+        audio[2000:4000] = 10000
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            for _ in range(3):
+                await client.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+                await client.write_event(AudioChunk(rate=16000, width=2, channels=1,
+                                                    audio=audio.tobytes()).event())
+                await client.write_event(AudioStop().event())
+                events = await _collect(client, "transcript")
+                assert Transcript.from_event(events[-1]).text == "2000 samples"
+        await server.stop()
+    asyncio.run(main())

@@ -104,10 +104,13 @@ class Connection:
 
     async def write(self, event: Event) -> None:
         """Send one event; a client that reads nothing for `idle_timeout_s` while we
-        have audio for it is dropped like one that sends nothing."""
+        have audio for it is dropped like one that sends nothing. (`asyncio.timeout`, not
+        `wait_for`: on Python 3.11 `wait_for` swallows a cancel that comes as the write
+        ends, and the event forwarder, cancelled at `audio-stop`, then held the
+        transcript back until the client went away.)"""
         try:
-            await asyncio.wait_for(async_write_event(event, self.writer),
-                                   self.config.idle_timeout_s)
+            async with asyncio.timeout(self.config.idle_timeout_s):
+                await async_write_event(event, self.writer)
         except TimeoutError:
             log.info("wyoming_write_timeout", client=self.name,
                      timeout_s=self.config.idle_timeout_s)
