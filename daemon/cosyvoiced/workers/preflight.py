@@ -6,6 +6,7 @@ from pathlib import Path
 
 from cosyvoiced.config import Config
 from cosyvoiced.listen.asr import AsrError, bundled_model_dir
+from cosyvoiced.listen.languages import LanguageError, model_languages
 from cosyvoiced.tts.errors import TtsError
 from cosyvoiced.tts.voices import find_voice
 
@@ -36,6 +37,11 @@ def model_problems(config: Config) -> list[tuple[str, str]]:
             if bad:
                 out.append(("asr.model_dir", f"no Whisper model in {str(model_dir)!r}: "
                                              + "; ".join(bad)))
+            else:
+                try:
+                    model_languages(model_dir)  # what the servers will advertise
+                except LanguageError as exc:
+                    out.append(("asr.model_dir", str(exc)))
     return out
 
 
