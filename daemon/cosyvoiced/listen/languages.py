@@ -14,6 +14,7 @@ subtag) or Whisper's English name (`german`), in any case.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -120,9 +121,11 @@ def vocabulary_size(model_dir: Path) -> int:
                             code="asr_model_config") from exc
 
 
+@functools.cache
 def model_languages(model_dir: Path) -> tuple[str, ...]:
     """The language codes the model in `model_dir` transcribes, in its token order:
-    `("en",)` for an English-only model."""
+    `("en",)` for an English-only model. Read once per directory (the pre-flight check
+    reads it before the workers start; `asr.model_dir` changes only with a restart)."""
     if vocabulary_size(model_dir) < MULTILINGUAL_VOCAB:
         return ("en",)
     codes = tuple(language_tokens(read_lang_ids(model_dir), load_tokenizer(model_dir)))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -291,10 +290,8 @@ BUNDLED_ASR_MODEL = "whisper-tiny.en"
 """The name of the bundled model (`asr.model_dir` empty); another is named by its folder."""
 
 
-@functools.cache
 def _languages(model_dir: str) -> tuple[str, ...]:
-    """What the model transcribes, read once from its files (the pre-flight check has
-    read them before any worker started)."""
+    """What the model transcribes (read from its files once, by the pre-flight check)."""
     return model_languages(Path(model_dir) if model_dir else bundled_model_dir())
 
 
