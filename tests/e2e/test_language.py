@@ -187,3 +187,13 @@ def test_daemon_on_base_over_wyoming(daemon, speech):
     assert isinstance(refused, Error) and refused.code == "unsupported_language"
     assert isinstance(transcript, Transcript) and transcript.language == "es"
     assert heard("es", transcript.text) >= HEARD_MIN, transcript.text
+
+
+def test_cosyvoicectl_transcribe_in_a_language(daemon, speech, tmp_path):
+    path = tmp_path / "de.wav"
+    path.write_bytes(_wav(speech["de"]))
+    out = daemon.ctl("--json", "transcribe", str(path), "--language", "de")
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["language"] == "de" and {s["language"] for s in res["segments"]} == {"de"}
+    assert heard("de", res["text"]) >= HEARD_MIN, res

@@ -84,9 +84,9 @@ class WorkerListening:
         """Start listening on `ring` in `language` ("": `asr.language`); raises the
         VAD's typed error on a bad rate or no slot, `LanguageError` for a language the
         model does not transcribe."""
-        if self.decoder is not None:
-            language = self.decoder.check_language(
-                language or getattr(self.setup.asr, "language", ""))
+        language = language or getattr(self.setup.asr, "language", "")
+        if language and self.decoder is not None:
+            language = self.decoder.check_language(language)
         tap = ListenTap(stream_id, rate_hz, ring, self.vad_cfg, self.pool,
                         lambda item, sid=stream_id: self._emit(sid, item), language)
         # ASR off: the tick reads (and cleans) the ring itself (no tap on the VAD-only
