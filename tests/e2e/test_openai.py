@@ -157,6 +157,7 @@ def test_what_cannot_be_honoured_is_a_typed_400(client):
     with pytest.raises(openai.BadRequestError) as err:
         client.audio.transcriptions.create(model="whisper-1", file=upload, language="de")
     assert err.value.body["code"] == "unsupported_language"
+    assert err.value.body["message"].endswith("it transcribes en")
     with pytest.raises(openai.BadRequestError) as err:
         client.audio.transcriptions.create(model="whisper-1", file=upload,
                                            response_format="verbose_json",
@@ -168,8 +169,9 @@ def test_what_cannot_be_honoured_is_a_typed_400(client):
 
 
 def test_models_and_voices_as_clients_probe_them(client, base):
-    ids = {m.id for m in client.models.list()}
-    assert {"en_US-joe-medium", "whisper-tiny.en"} <= ids
+    models = {m.id: m for m in client.models.list()}
+    assert {"en_US-joe-medium", "whisper-tiny.en"} <= set(models)
+    assert models["whisper-tiny.en"].model_extra["languages"] == ["en"]
     with urllib.request.urlopen(f"{base}/v1/audio/voices", timeout=30) as r:
         voices = {v["id"]: v["name"] for v in json.loads(r.read())["voices"]}
     assert voices["nova"] == "nova (en_US-joe-medium)"

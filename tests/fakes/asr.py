@@ -9,6 +9,7 @@ import numpy as np
 
 from cosyvoiced.listen.asr import AsrError, Utterance
 from cosyvoiced.listen.events import Transcript
+from cosyvoiced.listen.languages import resolve_language
 
 
 class FakeDecoder:
@@ -20,8 +21,9 @@ class FakeDecoder:
     `threads`."""
 
     def __init__(self, *, fail: bool = False, gated: bool = False,
-                 text: str = "text of {stream}") -> None:
+                 text: str = "text of {stream}", languages: tuple[str, ...] = ("en",)) -> None:
         self.fail = fail
+        self.languages = languages
         self.text = text
         self.gate = threading.Event()
         if not gated:
@@ -38,7 +40,11 @@ class FakeDecoder:
         self.batches.append([u.stream for u in utts])
         self.seen += [(u.stream, u.end_ms) for u in utts]
         return [Transcript(self.text.format(stream=u.stream, end_ms=u.end_ms), u.start_ms,
-                           u.end_ms, 1.0, 0.1, u.stream) for u in utts]
+                           u.end_ms, 1.0, 0.1, u.stream, u.language or self.languages[0])
+                for u in utts]
+
+    def check_language(self, language: str) -> str:
+        return resolve_language(language, self.languages)
 
 
 def utt(stream: str, end_s: float, end_ms: int = 1000) -> Utterance:

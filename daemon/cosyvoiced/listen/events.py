@@ -60,6 +60,9 @@ class Transcript:
     rtf: float
     """Decoding time / utterance duration."""
     stream: str = ""
+    language: str = ""
+    """Code of the language it was transcribed in (asked, or detected by a multilingual
+    model)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"type": self.type, **asdict(self)}

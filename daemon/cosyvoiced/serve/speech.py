@@ -12,13 +12,16 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 import structlog
 
 from cosyvoiced.config.schema import Config
+from cosyvoiced.listen.asr import bundled_model_dir
 from cosyvoiced.listen.events import Transcript, VoiceStarted, VoiceStopped
+from cosyvoiced.listen.languages import model_languages
 from cosyvoiced.tts.normalize.ssml import parse_ssml
 from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text
 from cosyvoiced.tts.synthesis import encode
@@ -78,15 +81,19 @@ class Speech(Protocol):
     def asr_model(self) -> str | None:
         """Name of the ASR model, or None when ASR is off."""
 
+    def asr_languages(self) -> tuple[str, ...]:
+        """Language codes the ASR model transcribes (English-only: `("en",)`)."""
+
     async def synthesize(self, text: str | bytes, options: SynthesisOptions,
                          stream_id: str) -> Synthesis:
         """Check and admit a request (typed errors here), then stream its audio."""
 
     async def listen(self, rate_hz: int, stream_id: str,
-                     backlog_s: float | None = BACKLOG_S) -> Listening:
+                     backlog_s: float | None = BACKLOG_S, language: str = "") -> Listening:
         """Admit a listening stream at `rate_hz` (8000 or 16000). `backlog_s`: audio it
         may hold beyond its capture ring before more is dropped (None: an upload, whose
-        size its request already bounds, kept whole)."""
+        size its request already bounds, kept whole). `language`: a code of
+        `asr_languages()` its speech is transcribed in ("": the model's choice)."""
 
 
 # --- the worker pool behind the interface -----------------------------------------
@@ -243,7 +250,15 @@ class PoolSpeech:
         return [describe(f) for f in discover(self.config.tts.voices_dirs).values()]
 
     def asr_model(self) -> str | None:
-        return "whisper-tiny.en" if self.config.asr.enabled else None
+        if not self.config.asr.enabled:
+            return None
+        model_dir = self.config.asr.model_dir
+        return (Path(model_dir).resolve().name or "whisper") if model_dir else BUNDLED_ASR_MODEL
+
+    def asr_languages(self) -> tuple[str, ...]:
+        if not self.config.asr.enabled:
+            return ()
+        return _languages(self.config.asr.model_dir)
 
     async def synthesize(self, text: str | bytes, options: SynthesisOptions,
                          stream_id: str) -> PoolSynthesis:
@@ -265,9 +280,19 @@ class PoolSpeech:
         return PoolSynthesis(handle, request_id, fmt)
 
     async def listen(self, rate_hz: int, stream_id: str,
-                     backlog_s: float | None = BACKLOG_S) -> PoolListening:
-        handle = await self.pool.open_listen_stream(rate_hz, stream_id=stream_id)
+                     backlog_s: float | None = BACKLOG_S, language: str = "") -> PoolListening:
+        handle = await self.pool.open_listen_stream(rate_hz, stream_id=stream_id,
+                                                    language=language)
         return PoolListening(handle, backlog_s)
+
+
+BUNDLED_ASR_MODEL = "whisper-tiny.en"
+"""The name of the bundled model (`asr.model_dir` empty); another is named by its folder."""
+
+
+def _languages(model_dir: str) -> tuple[str, ...]:
+    """What the model transcribes (read from its files once, by the pre-flight check)."""
+    return model_languages(Path(model_dir) if model_dir else bundled_model_dir())
 
 
 _serial = iter(range(1, 1 << 62))

@@ -47,6 +47,9 @@ class OpenListen:
     ring_name: str
     """Capture ring (float32 mono at `rate_hz`) the worker attaches to as consumer."""
     rate_hz: int
+    language: str = ""
+    """Language code its utterances are transcribed in ("": the model's choice: detected
+    by a multilingual model, English by an English-only one)."""
 
 
 @dataclass(frozen=True)

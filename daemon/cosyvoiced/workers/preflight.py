@@ -6,6 +6,7 @@ from pathlib import Path
 
 from cosyvoiced.config import Config
 from cosyvoiced.listen.asr import AsrError, bundled_model_dir
+from cosyvoiced.listen.languages import LanguageError, model_languages, resolve_language
 from cosyvoiced.tts.errors import TtsError
 from cosyvoiced.tts.voices import find_voice
 
@@ -16,7 +17,7 @@ WHISPER_FILES = ("model.bin", "config.json", "tokenizer.json")
 def model_problems(config: Config) -> list[tuple[str, str]]:
     """(key, one-line reason) for each model the workers would fail to load: the default
     voice (`tts.voice`, in `tts.voices_dirs` or bundled) and, with ASR on, Whisper
-    (`asr.model_dir`, or the bundled model)."""
+    (`asr.model_dir`, or the bundled model, and `asr.language` among its languages)."""
     out: list[tuple[str, str]] = []
     try:
         voice = find_voice(config.tts.voice, config.tts.voices_dirs)
@@ -36,6 +37,16 @@ def model_problems(config: Config) -> list[tuple[str, str]]:
             if bad:
                 out.append(("asr.model_dir", f"no Whisper model in {str(model_dir)!r}: "
                                              + "; ".join(bad)))
+            else:
+                try:
+                    langs = model_languages(model_dir)  # what the servers will advertise
+                except LanguageError as exc:
+                    out.append(("asr.model_dir", str(exc)))
+                else:
+                    try:
+                        resolve_language(config.asr.language, langs)
+                    except LanguageError as exc:
+                        out.append(("asr.language", str(exc)))
     return out
 
 

@@ -40,3 +40,17 @@ def test_missing_model_dir_is_typed(tmp_path):
     with pytest.raises(AsrError) as e:
         WhisperAsr(AsrConfig(model_dir=str(tmp_path)))
     assert e.value.code == "asr_model_missing"
+
+
+def test_english_only_model_hears_english_whatever_is_asked(asr):
+    from cosyvoiced.listen.languages import LanguageError, model_languages
+
+    assert asr.multilingual is False and asr.languages == ("en",)
+    assert model_languages(asr.model_dir) == asr.languages  # the main process reads the same
+    assert asr.prompt_for("en") == asr.prompt_for("") == asr.prompt
+    assert asr.check_language("en-US") == "en"
+    with pytest.raises(LanguageError) as e:
+        asr.check_language("de")
+    assert e.value.code == "unsupported_language"
+    out = asr.transcribe([Utterance(np.zeros((50, 80), dtype=np.float32), 0, 500, 0.0)])
+    assert out[0].language == "en"

@@ -318,8 +318,9 @@ class _ClosingSpeech(FakeSpeech):
         super().__init__()
         self.closed: list[object] = []
 
-    async def listen(self, rate_hz: int, stream_id: str, backlog_s: float | None = 30.0):
-        lis = await super().listen(rate_hz, stream_id, backlog_s)
+    async def listen(self, rate_hz: int, stream_id: str, backlog_s: float | None = 30.0,
+                     language: str = ""):
+        lis = await super().listen(rate_hz, stream_id, backlog_s, language)
         close = lis.close
 
         async def closing():

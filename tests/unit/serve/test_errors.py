@@ -44,13 +44,15 @@ AT_DEFAULT = frozenset({
     "unknown_speaker", "unsupported_rate", "unsupported_format", "bad_parameter",
     "no_int8_variant", "bad_ssml", "unsupported_voice", "pauses_too_long", "audio_too_long",
     "unreadable_text",
+    # a language the ASR model does not transcribe: 400
+    "unsupported_language",
     # never reach an HTTP route today (startup, devices, the worker side, the CLI): were
     # one to, it is a 400 unless listed in STATUS
     "bad_config", "listen_failed", "bad_cpus", "ctl_error", "onnx_error", "codec_bad_input",
     "ring_error", "resample_error", "mel_error", "asr_error", "vad_error",
     "alsa_error", "alsa_device_not_found", "alsa_device_busy", "alsa_unsupported_format",
     "alsa_period_refused", "alsa_device_gone", "alsa_xrun", "alsa_suspended", "worker_protocol",
-    "bad_lexicon",
+    "bad_lexicon", "asr_model_files",
 })
 """Class codes deliberately answered with DEFAULT_STATUS."""
 

@@ -350,9 +350,9 @@ class _CountingSpeech(FakeSpeech):
         super().__init__()
         self.closed = 0
 
-    async def listen(self, rate_hz: int, stream_id: str, backlog_s: float | None = 30.0
-                     ) -> FakeListening:
-        lis = await super().listen(rate_hz, stream_id, backlog_s)
+    async def listen(self, rate_hz: int, stream_id: str, backlog_s: float | None = 30.0,
+                     language: str = "") -> FakeListening:
+        lis = await super().listen(rate_hz, stream_id, backlog_s, language)
         close = lis.close
 
         async def counted_close() -> list[Transcript]:

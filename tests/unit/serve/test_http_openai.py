@@ -279,3 +279,50 @@ def test_subtitle_stamps_and_numbering():
                                             "2\n01:02:06,000 --> 01:02:07,999\nbye\n")
     assert subtitles(finals[1:], vtt=True) == "WEBVTT\n\n01:02:06.000 --> 01:02:07.999\nbye\n"
     assert subtitles([], vtt=True) == "WEBVTT\n\n"
+
+
+class MultilingualSpeech(FakeSpeech):
+    """The fake with a multilingual model's languages."""
+
+    def asr_model(self) -> str | None:
+        return "whisper-base"
+
+    def asr_languages(self) -> tuple[str, ...]:
+        return ("en", "de", "es")
+
+
+def test_the_language_asked_reaches_the_stream_and_names_the_transcription():
+    daemon = FakeDaemon(speech=MultilingualSpeech(at_rate_asked=True))
+
+    async def go(http, daemon):
+        async with http.get("/v1/models") as r:
+            asr = [m for m in (await r.json())["data"] if m["kind"] == "asr"]
+        assert asr == [{"id": "whisper-base", "object": "model", "created": 0,
+                        "owned_by": "cosyvoiced", "kind": "asr",
+                        "languages": ["en", "de", "es"]}]
+        for asked, code in [("de-DE", "de"), ("spanish", "es"), ("", "")]:
+            fields = {"response_format": "verbose_json", **({"language": asked} if asked else {})}
+            async with http.post("/v1/audio/transcriptions",
+                                 data=form(flac(SPEECH, 16000), **fields)) as r:
+                assert r.status == 200, await r.text()
+                verbose = await r.json()
+            assert daemon.speech.listens[-1].language == code
+            # none asked: the fake's transcripts name no language, nor does the answer
+            assert verbose["language"] == {"de": "german", "es": "spanish", "": ""}[code]
+        async with http.post("/v1/audio/transcriptions",
+                             data=form(flac(SPEECH, 16000), language="fr")) as r:
+            err = (await r.json())["error"]
+        assert r.status == 400 and err["code"] == "unsupported_language"
+        assert err["message"].endswith("transcribes en, de, es")
+        wav = wav_bytes((SPEECH * 32767).astype(np.int16), 16000)
+        async with http.post("/v1/transcribe?language=de", data=wav,
+                             headers={"Content-Type": "audio/wav"}) as r:
+            assert r.status == 200 and (await r.json())["language"] == "de"
+        assert daemon.speech.listens[-1].language == "de"
+        async with http.post("/v1/transcribe?language=fr", data=wav,
+                             headers={"Content-Type": "audio/wav"}) as r:
+            assert r.status == 400 and (await r.json())["error"]["code"] == "unsupported_language"
+        async with http.get("/v1/stream?language=fr") as r:
+            assert r.status == 400  # checked before the WebSocket is opened
+        assert len(daemon.speech.listens) == 4 and len(daemon.streams) == 0
+    run(go, daemon)

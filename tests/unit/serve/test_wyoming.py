@@ -428,3 +428,55 @@ def test_a_client_that_stops_reading_is_dropped_and_frees_its_stream():
             await writer.wait_closed()
         await server.stop()
     asyncio.run(main())
+
+
+def test_transcribe_language_is_checked_and_reaches_the_stream():
+    from tests.unit.serve.test_http_openai import MultilingualSpeech
+
+    async def main():
+        audio = np.zeros(8000, dtype=np.int16)
+        audio[2000:4000] = 10000
+        results = {}
+        for speech in (FakeSpeech(), MultilingualSpeech()):
+            server, port = await _server(speech)
+            async with AsyncTcpClient("127.0.0.1", port) as client:
+                await client.write_event(Describe().event())
+                info = Info.from_event((await _collect(client, "info"))[-1])
+                await client.write_event(Transcribe(language="de-DE").event())
+                got = []
+                if speech.asr_languages() == ("en",):  # English-only: an error, still served
+                    err = Error.from_event((await _collect(client, "error"))[-1])
+                    got.append((err.code, err.text))
+                await client.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+                await client.write_event(AudioChunk(rate=16000, width=2, channels=1,
+                                                    audio=audio.tobytes()).event())
+                await client.write_event(AudioStop().event())
+                transcript = Transcript.from_event((await _collect(client, "transcript"))[-1])
+                got.append((speech.listens[-1].language, transcript.language))
+            await server.stop()
+            results[speech.asr_model()] = (info.asr[0].models[0].languages, got)
+        assert results["whisper-tiny.en"] == (["en"], [
+            ("unsupported_language", "the ASR model does not transcribe 'de-DE'; it "
+             "transcribes en"), ("", "en")])
+        assert results["whisper-base"] == (["en", "de", "es"], [("de", "de")])
+    asyncio.run(main())
+
+
+def test_transcript_is_not_held_back_when_audio_stop_comes_with_the_voice_events():
+    """One chunk holding a whole utterance, then audio-stop: the voice events are being
+    written while the forwarder is cancelled. A swallowed cancel (Python 3.11's wait_for)
+    kept the transcript until the client went away."""
+    async def main():
+        server, port = await _server(FakeSpeech())
+        audio = np.zeros(8000, dtype=np.int16)
+        audio[2000:4000] = 10000
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            for _ in range(3):
+                await client.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+                await client.write_event(AudioChunk(rate=16000, width=2, channels=1,
+                                                    audio=audio.tobytes()).event())
+                await client.write_event(AudioStop().event())
+                events = await _collect(client, "transcript")
+                assert Transcript.from_event(events[-1]).text == "2000 samples"
+        await server.stop()
+    asyncio.run(main())

@@ -293,3 +293,29 @@ def test_a_real_time_listen_stream_holds_a_bounded_backlog_and_counts_the_rest()
     assert held <= 2 * 8000 and held >= 2 * 8000 - 2048  # 2 s held beyond the ring
     assert dropped == 1000 * 2048 - 4096 - held + 8000 * 60  # everything else counted
     assert after == held
+
+
+def test_a_stream_is_transcribed_in_its_language_else_asr_language_and_a_wrong_one_is_typed():
+    from cosyvoiced.listen.languages import LanguageError
+
+    sent: list = []
+    ticker = VadTicker(lambda rate: FakeBatch(0.9), 0.0)
+    setup = SimpleNamespace(vad=CFG, asr=SimpleNamespace(enabled=False, language="german"),
+                            cache_dir=None)
+    wl = WorkerListening(setup, ticker, sent.append)
+    decoder = FakeDecoder(languages=("en", "de", "es"))
+    wl.decoder, wl.pool = decoder, MelPool(CFG)
+    wl.asr = AsrQueue(decoder, wl._transcribed, on_idle=wl._ack)
+    for sid, asked in (("c1", "es-MX"), ("c2", "")):
+        wl.open(sid, 8000, ListRing(np.full(20 * 256, 0.05)), asked)
+    ticker.tick(0.0)
+    for sid in ("c1", "c2"):
+        wl.close(sid)
+    while wl.run_batch():
+        pass
+    said = {x.stream_id: x.event.language for x in sent
+            if isinstance(x, m.ListenEvent) and isinstance(x.event, Transcript)}
+    assert said == {"c1": "es", "c2": "de"}
+    with pytest.raises(LanguageError) as err:
+        wl.open("c3", 8000, ListRing(np.zeros(256)), "fr")
+    assert err.value.code == "unsupported_language" and "c3" not in wl.taps

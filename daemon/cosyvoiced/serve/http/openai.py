@@ -22,10 +22,11 @@ from aiohttp import BodyPartReader, web
 from cosyvoiced.audio.container import DecodeError, decode
 from cosyvoiced.config.listeners import OpenAIConfig
 from cosyvoiced.listen.events import Transcript
+from cosyvoiced.listen.languages import language_name, spoken_language
 from cosyvoiced.serve.errors import api_error
 from cosyvoiced.serve.http.body import AudioBody
 from cosyvoiced.serve.http.errors import REQUEST_TIMEOUT, read_json
-from cosyvoiced.serve.http.transcribe import MAX_UPLOAD_BYTES, ListenRoutes
+from cosyvoiced.serve.http.transcribe import MAX_UPLOAD_BYTES, ListenRoutes, check_language
 from cosyvoiced.serve.http.tts import TtsRoutes, json_choice, json_field
 from cosyvoiced.tts.request import SynthesisOptions
 
@@ -94,10 +95,10 @@ class OpenAIRoutes:
                 raise api_error("unsupported_granularity",
                                 f"timestamp granularity {granularity!r} is not supported: "
                                 "the transcripts here are timed per segment only")
-        language = check_language(form.get("language", [""])[-1],
-                                  self.listen.speech.asr_model())
+        speech = self.listen.speech
+        language = check_language(form.get("language", [""])[-1], speech)
         finals, duration_s, _ = await self.listen.transcribe_with(
-            lambda: decode_upload(data, ASR_RATE_HZ), ASR_RATE_HZ)
+            lambda: decode_upload(data, ASR_RATE_HZ), ASR_RATE_HZ, language)
         finals = [t for t in finals if t.text.strip()]  # an utterance Whisper heard nothing in
         text = " ".join(t.text.strip() for t in finals)
         took_s = time.monotonic() - t0
@@ -108,8 +109,9 @@ class OpenAIRoutes:
                                 content_type="text/vtt" if fmt == "vtt" else "application/x-subrip")
         if fmt == "json":
             return web.json_response({"text": text, "usage": usage(duration_s)})
+        spoken = language_name(spoken_language(finals, language, speech.asr_languages()))
         return web.json_response({
-            "task": "transcribe", "language": language, "duration": round(duration_s, 3),
+            "task": "transcribe", "language": spoken, "duration": round(duration_s, 3),
             "text": text, "segments": [segment(i, t) for i, t in enumerate(finals)],
             "usage": usage(duration_s), "processing_s": round(took_s, 3)})
 
@@ -120,7 +122,7 @@ class OpenAIRoutes:
         asr = speech.asr_model()
         if asr is not None:
             data.append({"id": asr, "object": "model", "created": 0, "owned_by": "cosyvoiced",
-                         "kind": "asr", "languages": list(ASR_LANGUAGES)})
+                         "kind": "asr", "languages": list(speech.asr_languages())})
         return web.json_response({"object": "list", "data": data})
 
     async def voices(self, _request: web.Request) -> web.Response:
@@ -129,23 +131,6 @@ class OpenAIRoutes:
         for name in OPENAI_VOICES:
             out.append({"id": name, "name": f"{name} ({self.voice_for(name) or default})"})
         return web.json_response({"voices": out})
-
-
-ASR_LANGUAGES = ("en",)
-"""What listening transcribes: English (tiny.en is English-only; a multilingual
-`asr.model_dir` is prompted `<|en|>` too, listen/asr.py)."""
-
-
-def check_language(language: str, model: str | None) -> str:
-    """The language a transcription runs in (as verbose_json names it), or a typed 400
-    for one it cannot run in."""
-    if model is None:
-        raise api_error("asr_disabled", "speech recognition is off (asr.enabled)")
-    code = language.strip().lower()
-    if code and code not in (*ASR_LANGUAGES, "english"):
-        raise api_error("unsupported_language", f"transcription here ({model}) runs in "
-                        f"{', '.join(ASR_LANGUAGES)} only, not {language!r}")
-    return "english"
 
 
 def decode_upload(data: bytes, rate_hz: int) -> np.ndarray:

@@ -1,5 +1,9 @@
 """Listening routes: `/v1/transcribe` (upload), `/v1/events` (server-sent events) and
 `/v1/stream` (WebSocket: PCM in, events out; text in, speech out on the same socket).
+
+Both that transcribe take `?language=` (a code, tag or name of the ASR model's languages;
+another is 400 `unsupported_language` before anything is admitted): without one a
+multilingual model detects each utterance's language, an English-only one hears English.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from aiohttp import WSMsgType, web
 from cosyvoiced.audio.codec import s16_to_f32
 from cosyvoiced.audio.resample import SUPPORTED_RATES_HZ, StreamResampler
 from cosyvoiced.listen.events import EventBus, Transcript, VoiceStarted, VoiceStopped
+from cosyvoiced.listen.languages import LanguageError, resolve_language, spoken_language
 from cosyvoiced.serve.errors import api_error, as_api_error, status_of
 from cosyvoiced.serve.http.errors import read_body
 from cosyvoiced.serve.speech import BACKLOG_S, Listening, Speech, Synthesis, Unavailable
@@ -101,6 +106,17 @@ def decode_at(body: bytes, content_type: str, rate_param: str | None,
     return samples
 
 
+def check_language(asked: str, speech: Speech) -> str:
+    """The language code a request asks for ("": none), or its typed error: 503
+    `asr_disabled` with ASR off, 400 `unsupported_language` naming the model's languages."""
+    if speech.asr_model() is None:
+        raise api_error("asr_disabled", "speech recognition is off (asr.enabled)")
+    try:
+        return resolve_language(asked, speech.asr_languages())
+    except LanguageError as exc:
+        raise api_error(exc.code, str(exc)) from None
+
+
 MAX_SSE_SUBSCRIBERS = 64
 """`GET /v1/events` connections at once (each holds a queue of up to 1024 events); more
 are 503 `overloaded`."""
@@ -119,14 +135,14 @@ class ListenRoutes:
         app.router.add_get("/v1/events", self.events)
         app.router.add_get("/v1/stream", self.stream)
 
-    async def _listen(self, rate_hz: int, kind: str,
-                      backlog_s: float | None = BACKLOG_S) -> tuple[Listening, str]:
+    async def _listen(self, rate_hz: int, kind: str, backlog_s: float | None = BACKLOG_S,
+                      language: str = "") -> tuple[Listening, str]:
         try:
             info = self.streams.open(kind)
         except Refused as exc:
             raise as_api_error(exc) from None
         try:
-            return await self.speech.listen(rate_hz, info.id, backlog_s), info.id
+            return await self.speech.listen(rate_hz, info.id, backlog_s, language), info.id
         except Unavailable as exc:
             self.streams.close(info.id)
             raise as_api_error(exc) from None
@@ -140,27 +156,33 @@ class ListenRoutes:
         ctype = request.content_type
         rate_param = request.query.get("rate_hz")
         rate = upload_rate(body, ctype, rate_param)  # the header only: typed errors now
+        asked = request.query.get("language", "")
+        language = check_language(asked, self.speech) if asked else ""
         listen_rate = rate if rate in LISTEN_RATES_HZ else 16000
         finals, duration_s, stream_id = await self.transcribe_with(
-            lambda: decode_at(body, ctype, rate_param, listen_rate), listen_rate)
+            lambda: decode_at(body, ctype, rate_param, listen_rate), listen_rate, language)
         segments = [{"text": t.text.strip(), "start_ms": t.start_ms, "end_ms": t.end_ms,
-                     "latency_ms": t.latency_ms, "rtf": t.rtf} for t in finals]
+                     "latency_ms": t.latency_ms, "rtf": t.rtf, "language": t.language}
+                    for t in finals]
         took_ms = (time.monotonic() - t0) * 1000
         return web.json_response({
             "text": " ".join(s["text"] for s in segments if s["text"]),
+            "language": spoken_language(finals, language, self.speech.asr_languages()),
             "segments": segments,
             "duration_s": round(duration_s, 3),
             "processing_ms": round(took_ms, 1),
             "stream_id": stream_id,
         })
 
-    async def transcribe_with(self, decode: Callable[[], np.ndarray], listen_rate: int
-                              ) -> tuple[list[Transcript], float, str]:
-        """Admit a listening stream at `listen_rate`, then run `decode` (the upload's
-        samples at that rate) off the event loop and transcribe them: the finals, the
-        audio's duration and the stream's id."""
+    async def transcribe_with(self, decode: Callable[[], np.ndarray], listen_rate: int,
+                              language: str = "") -> tuple[list[Transcript], float, str]:
+        """Admit a listening stream at `listen_rate` in `language` (a code checked by
+        `check_language`, or ""), then run `decode` (the upload's samples at that rate)
+        off the event loop and transcribe them: the finals, the audio's duration and the
+        stream's id."""
         # admitted before the work of decoding, which runs off the event loop
-        listening, stream_id = await self._listen(listen_rate, "transcribe", backlog_s=None)
+        listening, stream_id = await self._listen(listen_rate, "transcribe", backlog_s=None,
+                                                  language=language)
         try:
             try:
                 samples = await asyncio.to_thread(decode)
@@ -222,10 +244,12 @@ class ListenRoutes:
             raise api_error("bad_parameter", "rate_hz/out_rate_hz must be integers") from None
         if rate not in LISTEN_RATES_HZ or out_rate not in SUPPORTED_RATES_HZ:
             raise api_error("unsupported_rate", f"rate_hz must be one of {LISTEN_RATES_HZ}")
+        asked = request.query.get("language", "")
+        language = check_language(asked, self.speech) if asked else ""
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=1 << 20)
         if not ws.can_prepare(request).ok:
             return websocket_required()
-        listening, stream_id = await self._listen(rate, "ws")
+        listening, stream_id = await self._listen(rate, "ws", language=language)
         session: _WsSession | None = None
         forward: asyncio.Task[None] | None = None
         try:

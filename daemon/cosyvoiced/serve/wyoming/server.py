@@ -26,16 +26,7 @@ from wyoming.asr import Transcribe, Transcript
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.error import Error
 from wyoming.event import Event, async_write_event
-from wyoming.info import (
-    AsrModel,
-    AsrProgram,
-    Attribution,
-    Describe,
-    Info,
-    TtsProgram,
-    TtsVoice,
-    TtsVoiceSpeaker,
-)
+from wyoming.info import Describe, Info
 from wyoming.ping import Ping, Pong
 from wyoming.tts import (
     Synthesize,
@@ -46,7 +37,6 @@ from wyoming.tts import (
 )
 from wyoming.vad import VoiceStarted, VoiceStopped
 
-from cosyvoiced import __version__
 from cosyvoiced.audio.codec import s16_to_f32
 from cosyvoiced.audio.resample import StreamResampler
 from cosyvoiced.config.addr import WYOMING_FORMS, ListenAddress, parse_allow_from, peer_allowed
@@ -56,10 +46,12 @@ from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.events import Transcript as TranscriptEvent
 from cosyvoiced.listen.events import VoiceStarted as VoiceStartedEvent
 from cosyvoiced.listen.events import VoiceStopped as VoiceStoppedEvent
+from cosyvoiced.listen.languages import LanguageError, resolve_language, spoken_language
 from cosyvoiced.serve.peers import refuse_peer
 from cosyvoiced.serve.speech import Listening, Speech, Unavailable
 from cosyvoiced.serve.streams import Refused, Streams
 from cosyvoiced.serve.wyoming.discovery import Advertisement
+from cosyvoiced.serve.wyoming.info import describe
 from cosyvoiced.serve.wyoming.text import StreamedText
 from cosyvoiced.serve.wyoming.wire import MAX_LINE_BYTES, WyomingProtocolError, read_event
 from cosyvoiced.tts.errors import TtsError
@@ -67,7 +59,6 @@ from cosyvoiced.tts.request import SynthesisOptions
 
 log = structlog.get_logger(__name__)
 
-ATTRIBUTION = Attribution(name="cosyvoiced", url="file:/usr/share/doc/cosyvoiced/README.md")
 SAMPLES_PER_EVENT = 2048
 LISTEN_RATES_HZ = (8000, 16000)
 DEFAULT_MAX_CHARS = TtsConfig().max_chars
@@ -101,13 +92,19 @@ class Connection:
         self._listening: Listening | None = None
         self._resampler: StreamResampler | None = None
         self._forward: asyncio.Task[None] | None = None
+        self._language = ""
+        """The language of the last `transcribe` event ("": the model's choice), for
+        every transcription after it on this connection."""
 
     async def write(self, event: Event) -> None:
         """Send one event; a client that reads nothing for `idle_timeout_s` while we
-        have audio for it is dropped like one that sends nothing."""
+        have audio for it is dropped like one that sends nothing. (`asyncio.timeout`, not
+        `wait_for`: on Python 3.11 `wait_for` swallows a cancel that comes as the write
+        ends, and the event forwarder, cancelled at `audio-stop`, then held the
+        transcript back until the client went away.)"""
         try:
-            await asyncio.wait_for(async_write_event(event, self.writer),
-                                   self.config.idle_timeout_s)
+            async with asyncio.timeout(self.config.idle_timeout_s):
+                await async_write_event(event, self.writer)
         except TimeoutError:
             log.info("wyoming_write_timeout", client=self.name,
                      timeout_s=self.config.idle_timeout_s)
@@ -165,7 +162,7 @@ class Connection:
         elif SynthesizeStop.is_type(event.type):
             await self.stream_stop()
         elif Transcribe.is_type(event.type):
-            _parse(Transcribe, event)  # language/model hints: one English model for now
+            self.transcribe(_parse(Transcribe, event))  # one model: its name is not read
         elif AudioStart.is_type(event.type):
             await self.audio_start(_parse(AudioStart, event))
         elif AudioChunk.is_type(event.type):
@@ -187,22 +184,7 @@ class Connection:
                                 length_scale=None if speed == 1.0 else 1.0 / speed)
 
     def info(self) -> Info:
-        voices = [TtsVoice(name=v.name, description=f"Piper {v.name}", attribution=ATTRIBUTION,
-                           installed=True, version=None, languages=[v.language],
-                           speakers=[TtsVoiceSpeaker(s) for s in v.speakers] or None)
-                  for v in self.speech.voices()]
-        programs: dict[str, Any] = {"tts": [TtsProgram(
-            name="cosyvoiced-tts", description="Piper voices on ONNX Runtime",
-            attribution=ATTRIBUTION, installed=True, version=__version__, voices=voices,
-            supports_synthesize_streaming=True)]}
-        model = self.speech.asr_model()
-        if model:
-            programs["asr"] = [AsrProgram(
-                name="cosyvoiced-asr", description="Whisper on CTranslate2 with Silero VAD",
-                attribution=ATTRIBUTION, installed=True, version=__version__,
-                models=[AsrModel(name=model, description=model, attribution=ATTRIBUTION,
-                                 installed=True, version=None, languages=["en"])])]
-        return Info(**programs)
+        return describe(self.speech)
 
     # --- synthesis -----------------------------------------------------------------
 
@@ -243,6 +225,14 @@ class Connection:
 
     # --- transcription -------------------------------------------------------------
 
+    def transcribe(self, msg: Transcribe) -> None:
+        """The language of what comes next (ClientError for one the model lacks)."""
+        if msg.language:
+            try:
+                self._language = resolve_language(msg.language, self.speech.asr_languages())
+            except LanguageError as exc:
+                raise ClientError(exc.code, str(exc)) from None
+
     async def audio_start(self, fmt: AudioStart) -> None:
         if fmt.width != 2 or fmt.channels != 1:
             raise ClientError("bad_audio_format",
@@ -253,7 +243,7 @@ class Connection:
         self._resampler = StreamResampler(fmt.rate, rate) if rate != fmt.rate else None
         info = self.streams.open("wyoming")
         try:
-            self._listening = await self.speech.listen(rate, info.id)
+            self._listening = await self.speech.listen(rate, info.id, language=self._language)
         except BaseException:
             self.streams.close(info.id)
             raise
@@ -298,9 +288,10 @@ class Connection:
                     await self._forward
             self.streams.close(self._listen_id)
         if send:
-            text = " ".join(t.text.strip() for t in finals if isinstance(t, TranscriptEvent)
-                            and t.text.strip())
-            await self.write(Transcript(text=text, language="en").event())
+            said = [t for t in finals if isinstance(t, TranscriptEvent) and t.text.strip()]
+            language = spoken_language(said, self._language, self.speech.asr_languages())
+            await self.write(Transcript(text=" ".join(t.text.strip() for t in said),
+                                        language=language or None).event())
 
 
 def _parse(cls: Any, event: Event) -> Any:

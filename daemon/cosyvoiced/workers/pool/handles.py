@@ -56,6 +56,10 @@ class StreamHandle:
         self.lost = 0
         """Times the worker under this stream died (the stream was moved each time)."""
 
+    def open_message(self) -> object:
+        """What opens this stream in a worker (sent again to a worker that replaces one)."""
+        raise NotImplementedError
+
     def _check_open(self) -> None:
         if self.closed:
             raise StreamClosed(f"stream {self.stream_id} is closed")
@@ -124,6 +128,9 @@ class TtsHandle(StreamHandle):
         if not self.closed:
             self.host.send_to(self, m.Cancel(self.stream_id))
 
+    def open_message(self) -> m.OpenTts:
+        return m.OpenTts(self.stream_id, self.ring.name, self.rate_hz)
+
     def deliver(self, msg: object) -> None:
         if isinstance(msg, m.FirstAudio):
             self.first_audio[msg.request_id] = msg.latency_s
@@ -160,6 +167,11 @@ class ListenHandle(StreamHandle):
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self._flushed: asyncio.Future[bool] | None = None
+        self.language = ""
+        """Language code its utterances are transcribed in ("": the model's choice)."""
+
+    def open_message(self) -> m.OpenListen:
+        return m.OpenListen(self.stream_id, self.ring.name, self.rate_hz, self.language)
 
     def deliver(self, msg: object) -> None:
         if isinstance(msg, m.StreamClosed):

@@ -191,7 +191,7 @@ class WorkerPool:
                 if s.proc is not None and s.proc.ready]
 
     def _open(self, handle_cls: type[StreamHandle], kind: str, ring: Ring, rate_hz: int,
-              stream_id: str | None) -> StreamHandle:
+              stream_id: str | None, language: str = "") -> StreamHandle:
         if not self.running:
             raise PoolNotRunning("the worker pool is not running")
         sid = stream_id or f"{kind}-{next(self._ids)}"
@@ -207,12 +207,13 @@ class WorkerPool:
                 proc = slot.proc
                 assert proc is not None
                 handle = handle_cls(self, sid, index, ring, rate_hz)
+                if isinstance(handle, ListenHandle):
+                    handle.language = language
                 slot.streams[sid] = handle
                 self._handles[sid] = handle
                 if kind == "listen":
                     slot.listening += 1
-            msg_cls = m.OpenTts if kind == "tts" else m.OpenListen
-            if not proc.send(msg_cls(sid, ring.name, rate_hz)):
+            if not proc.send(handle.open_message()):
                 self._forget(handle)
                 raise WorkerLost(f"worker {index} is restarting")
         except BaseException:
@@ -231,14 +232,15 @@ class WorkerPool:
         assert isinstance(handle, TtsHandle)
         return handle
 
-    async def open_listen_stream(self, rate_hz: int,
-                                 stream_id: str | None = None) -> ListenHandle:
-        """A capture stream (8000 or 16000 Hz) whose VAD events arrive on `handle.events`."""
+    async def open_listen_stream(self, rate_hz: int, stream_id: str | None = None,
+                                 language: str = "") -> ListenHandle:
+        """A capture stream (8000 or 16000 Hz) whose VAD events arrive on `handle.events`,
+        its utterances transcribed in `language` ("": the model's choice)."""
         if rate_hz not in (8000, 16000):
             raise WorkerError(f"listen streams run at 8000 or 16000 Hz, not {rate_hz}",
                               code="unsupported_rate")
         ring = Ring.create(int(CAPTURE_RING_S * rate_hz), policy="drop")
-        handle = self._open(ListenHandle, "listen", ring, rate_hz, stream_id)
+        handle = self._open(ListenHandle, "listen", ring, rate_hz, stream_id, language)
         assert isinstance(handle, ListenHandle)
         return handle
 

@@ -203,8 +203,7 @@ class Supervisor:
         with self.lock:
             # Re-open the slot's streams before anyone may send to the new process.
             for handle in slot.streams.values():
-                cls = m.OpenTts if handle.kind == "tts" else m.OpenListen
-                p.send(cls(handle.stream_id, handle.ring.name, handle.rate_hz))
+                p.send(handle.open_message())
             slot.proc = p
             if slot.pending is p:
                 slot.pending = None

@@ -258,8 +258,8 @@ class Worker:
             return
         sid = msg.stream_id
         try:
-            self.listen.open(sid, msg.rate_hz, ring)
-        except Exception as exc:  # a typed VadError (bad rate, no slot) ends this stream only
+            self.listen.open(sid, msg.rate_hz, ring, msg.language)
+        except Exception as exc:  # a typed VadError or LanguageError ends this stream only
             self._rings.pop(sid).close()
             self._send(m.StreamError(sid, -1, getattr(exc, "code", "vad_error"), str(exc)))
             return
