@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import threading
@@ -50,12 +49,13 @@ def test_a_journal_that_reads_nothing_does_not_stall_the_daemon(daemon_factory, 
     assert status.returncode == 0 and json.loads(status.stdout)["state"] == "ready"
     entries = []
     sock.settimeout(0.5)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # a loaded box: each ctl call is a process start
     while time.monotonic() < deadline and not any(
             e["MESSAGE"] == "log_entries_dropped" for e in entries):
-        with contextlib.suppress(TimeoutError):
+        try:  # read the backlog as fast as it comes
             entries.append(parse_entry(sock.recv(65536)))
-        d.ctl("--json", "status")  # something to log, once there is room again
+        except TimeoutError:  # drained: something to log, now that there is room
+            d.ctl("--json", "status")
     dropped = [e for e in entries if e["MESSAGE"] == "log_entries_dropped"]
     assert dropped and int(dropped[0]["COUNT"]) > 0, [e["MESSAGE"] for e in entries]
     d.signal(signal.SIGTERM)

@@ -26,7 +26,11 @@ def test_one_stuck_worker_is_replaced_and_the_watchdog_keeps_pinging(daemon_fact
     d = daemon_factory(watchdog_usec=400_000, overrides=(
         *WORKERS, "service.health_stall_s=0.5", "workers.hang_restart_s=1.5")).start()
     d.wait_ready()
-    stuck = worker_pids(d)[1]
+    deadline = time.monotonic() + 60  # on a loaded box a slow start can be taken for a hang
+    while None in (pids := worker_pids(d)):
+        assert time.monotonic() < deadline, pids
+        time.sleep(0.2)
+    stuck = pids[1]
     os.kill(stuck, signal.SIGSTOP)
     t0 = time.monotonic()
     while worker_pids(d)[1] in (stuck, None):

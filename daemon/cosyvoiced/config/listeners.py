@@ -52,7 +52,8 @@ class AudioSocketConfig:
     """A call whose peer sends nothing for this long is ended."""
     max_send_buffer_bytes: int = opt(64_000, min=4096, max=10_000_000)
     """A peer that does not read what we send (unsent bytes above about this: the
-    kernel's send buffer for the call) is ended."""
+    kernel's send buffer for the call) is ended. For slin at 8 kHz (64000: 4 s); a call
+    in a wider format gets as many seconds (x its rate / 8000)."""
     rt_priority: int = opt(20, min=0, max=90)
     """SCHED_FIFO priority asked for the 20 ms call clock thread only; 0: do not ask; at
     most 90, the unit's LimitRTPRIO."""

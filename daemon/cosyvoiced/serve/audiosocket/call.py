@@ -120,7 +120,9 @@ class Call:
         self._tasks: list[asyncio.Task[None]] = []
         self._loop = asyncio.get_running_loop()
         self._send_lock = threading.Lock()
-        self._sock: socket.socket | None = self._dup_socket(writer, config.max_send_buffer_bytes)
+        # the same time's worth for every format: slin192 sends 24x the bytes of slin
+        self._sock: socket.socket | None = self._dup_socket(
+            writer, config.max_send_buffer_bytes * max(1, self.rate_hz // 8000))
         self._broken = False
         """A frame went out in part: nothing more (not even a hangup) can follow it."""
 
