@@ -157,8 +157,10 @@ def _targets(report: Report, p: Plan, start: Snapshot, windows: list[Window],
     }
     report.notes.append(f"{p.windows} windows of {p.window_s:.0f} s ({p.load_s:.0f} s load, "
                         "then quiet until settled); one worker SIGKILLed per window "
-                        f"{p.kill_at_s:.0f} s into the load; baseline = quiet read after "
-                        "window 1; 2 workers on CPUs 0-1, the clients on the same box")
+                        f"{p.kill_at_s:.0f} s into the load; baseline = "
+                        + ("quiet read after window 1" if len(windows) > 1 else
+                           "the read before any load")
+                        + "; 2 workers on CPUs 0-1, the clients on the same box")
     report.notes.append(f"underruns: the daemon's count per honest call (call_ended); "
                         f"'(kill)' = calls up within {KILL_GRACE_S:.0f} s after a kill; "
                         "peer gaps: no frame for 100 ms at the caller (the client's own "
