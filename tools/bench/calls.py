@@ -65,7 +65,8 @@ def _onset_s(x: np.ndarray) -> float:
 class Daemon:
     """The real daemon in the background, on temp dirs and free ports."""
 
-    def __init__(self, tmp: Path, overrides: tuple[str, ...] = ()) -> None:
+    def __init__(self, tmp: Path, overrides: tuple[str, ...] = (),
+                 env: dict[str, str] | None = None) -> None:
         self.tmp = tmp
         notify = tmp / "notify.sock"
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -85,7 +86,8 @@ class Daemon:
             args += ["--set", s]
         self.log_path = Path(os.environ.get("COSYVOICED_BENCH_LOG", tmp / "daemon.log"))
         self.log = open(self.log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(args, env={**os.environ, "NOTIFY_SOCKET": str(notify)},
+        self.proc = subprocess.Popen(args, env={**os.environ, **(env or {}),
+                                          "NOTIFY_SOCKET": str(notify)},
                                      stdout=self.log, stderr=subprocess.STDOUT)
         self.sock.settimeout(300)
         while b"READY=1" not in self.sock.recv(4096):

@@ -101,7 +101,10 @@ class Peer:
         assert self._reader is not None
         parser = FrameParser(max_payload_bytes=MAX_FRAME_BYTES)
         while True:
-            data = await self._reader.read(65536)
+            try:
+                data = await self._reader.read(65536)
+            except ConnectionError:  # reset (e.g. hung up with our frames unread): closed
+                data = b""
             now = time.monotonic()
             if not data:
                 self.call.closed_at_s = now

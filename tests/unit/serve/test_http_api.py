@@ -489,3 +489,61 @@ def test_event_subscribers_are_capped_and_their_slots_come_back():
         return False
 
     assert run(go)
+
+
+
+class _GoneWriter:
+    """aiohttp's payload writer once the client has closed: headers go, data does not."""
+
+    buffer_size = output_size = 0
+    length = None
+
+    async def write_headers(self, *_args, **_kw) -> None:
+        pass
+
+    def send_headers(self, *_args, **_kw) -> None:
+        pass
+
+    async def write(self, *_args, **_kw) -> None:
+        raise ConnectionResetError("Cannot write to closing transport")
+
+    write_eof = write
+
+    async def drain(self) -> None:
+        pass
+
+    def enable_chunking(self) -> None:
+        pass
+
+    def enable_compression(self, *_args, **_kw) -> None:
+        pass
+
+
+def test_a_tts_client_vanishing_mid_stream_is_logged_as_gone_not_as_a_failure():
+    """Found by the soak: the client-gone path re-raised its ConnectionError, which the
+    error middleware logged as http_handler_failed (error, with a traceback) and turned
+    into a 500 for the dead connection."""
+    from aiohttp.test_utils import make_mocked_request
+    from structlog.testing import capture_logs
+
+    from cosyvoiced.serve.http.app import json_errors
+    from cosyvoiced.serve.http.body import AudioBody
+    from cosyvoiced.serve.http.tts import TtsRoutes
+    from cosyvoiced.tts.request import SynthesisOptions
+
+    async def main():
+        d = FakeDaemon()
+        routes = TtsRoutes(d.speech, d.streams, d.metrics)
+
+        async def handler(request):
+            return await routes.stream(request, "word " * 50, SynthesisOptions(format="s16le"),
+                                       AudioBody("s16le"), kind="tts")
+
+        with capture_logs() as logs:
+            resp = await json_errors(make_mocked_request("POST", "/v1/tts",
+                                                         writer=_GoneWriter()), handler)
+        return resp, logs, len(d.streams)
+
+    resp, logs, open_streams = asyncio.run(main())
+    assert [e["event"] for e in logs if e["log_level"] != "debug"] == ["tts_client_gone"]
+    assert resp.status != 500 and open_streams == 0

@@ -64,6 +64,9 @@ async def json_errors(request: web.Request, handler: Any) -> web.StreamResponse:
             raise
         code = exc.reason.lower().replace(" ", "_")
         return error_response(exc.status, code, exc.text or exc.reason)
+    except ConnectionError:  # the client went away mid-response (its handler logged it)
+        log.debug("http_client_gone", path=request.path)
+        return web.Response(status=499, reason="Client Closed Request")  # never sent
     except Exception:
         log.exception("http_handler_failed", path=request.path)
         return error_response(status_of("internal"), "internal",

@@ -1,0 +1,1 @@
+"""`python -m tools.soak`: the daemon under honest load and a hostile mix for a long while."""

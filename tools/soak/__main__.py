@@ -1,0 +1,5 @@
+"""`python -m tools.soak`."""
+
+from tools.soak.cli import main
+
+raise SystemExit(main())
