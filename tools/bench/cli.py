@@ -16,7 +16,7 @@ import sys
 from tools.bench.report import Report
 
 SUITES = ("tts", "download", "prompts", "io", "streams", "features", "asr", "listen", "calls",
-          "encode", "scaleout")
+          "encode", "scaleout", "memory")
 
 
 def main(argv: list[str] | None = None) -> int:
