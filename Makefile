@@ -32,7 +32,7 @@ lint: $(BIN)/.stamp-test
 # every 20 s, sized for small boxes), which rewrites the ramp section of docs/performance.md
 # and the plots in docs/loadgen/.
 bench: $(BIN)/.stamp-test
-	for s in tts download prompts io streams features asr listen calls encode scaleout; do $(BIN)/python -m tools.bench $$s || true; done
+	for s in tts download prompts io streams features asr listen calls encode scaleout memory; do $(BIN)/python -m tools.bench $$s || true; done
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --mix tts=2,call=1,wyoming=1 \
 		--idle-calls 60 --peers piper-http,wyoming-piper,cosyvoiced-noadmit --nice -10 --docs
 
