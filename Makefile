@@ -40,7 +40,7 @@ lint: $(BIN)/.stamp-test
 # and the plots in docs/loadgen/; then the call-center script mix (prompt cache on) beside
 # the peers, into its own section and docs/loadgen/script/.
 bench: $(BIN)/.stamp-test
-	for s in tts download prompts io streams features asr language listen calls encode scaleout; do $(BIN)/python -m tools.bench $$s || true; done
+	for s in tts download prompts io streams features asr language listen calls encode scaleout memory; do $(BIN)/python -m tools.bench $$s || true; done
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --mix tts=2,call=1,wyoming=1 \
 		--idle-calls 60 --peers piper-http,wyoming-piper,cosyvoiced-noadmit --nice -10 --docs
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --text script \

@@ -16,7 +16,8 @@ import sys
 from tools.bench.report import Report
 
 SUITES = ("tts", "download", "prompts", "io", "streams", "features", "asr", "listen", "calls",
-          "encode", "scaleout", "language")
+          "encode", "scaleout", "language",
+          "memory")
 
 
 def main(argv: list[str] | None = None) -> int:

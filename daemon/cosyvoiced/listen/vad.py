@@ -98,7 +98,8 @@ def flat_session(rate_hz: int, threads: int = 1, cache_dir: str | None = None) -
 
         path = specialized_path(model_path(), rate_hz, cache_dir)
         if path is not None:
-            return create_session(path, threads=threads, cache_dir=cache_dir)
+            return create_session(path, threads=threads, cache_dir=cache_dir,
+                                  shared_weights=True)
     return create_session(_flat_bytes(rate_hz), threads=threads)
 
 

@@ -140,8 +140,10 @@ def _rewritten(model_path: str, rewrite: GraphRewrite | None) -> str | bytes:
     return model.SerializeToString()
 
 
-def _options(ort: Any, threads: int, inter_threads: int, spin: bool = False) -> Any:
+def _options(ort: Any, threads: int, inter_threads: int, spin: bool = False,
+             arena: bool = True) -> Any:
     opts = ort.SessionOptions()
+    opts.enable_cpu_mem_arena = arena
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = inter_threads
     opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
@@ -209,9 +211,9 @@ def _write_shared(ort: Any, source: str, target: Path, threads: int, inter: int)
 
 
 def _shared_session(ort: Any, path: Path, threads: int, inter: int,
-                    spin: bool) -> ort.InferenceSession:
+                    spin: bool, arena: bool) -> ort.InferenceSession:
     """A session whose initializers point into a memory map of the ORT-format `path`."""
-    opts = _options(ort, threads, inter, spin)
+    opts = _options(ort, threads, inter, spin, arena)
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     for key in ("session.use_memory_mapped_ort_model", "session.use_ort_model_bytes_directly",
                 "session.use_ort_model_bytes_for_initializers"):
@@ -223,7 +225,7 @@ def _shared_session(ort: Any, path: Path, threads: int, inter: int,
 def create_session(model_path: str | os.PathLike[str] | bytes, *, threads: int = 1,
                    inter_threads: int = 1, cache_dir: str | os.PathLike[str] | None = None,
                    spin: bool = False, rewrite: GraphRewrite | None = None,
-                   shared_weights: bool = False) -> ort.InferenceSession:
+                   shared_weights: bool = False, arena: bool = True) -> ort.InferenceSession:
     """A CPU session for `model_path` with `threads` intra-op threads.
 
     With `cache_dir`, the optimized graph is saved there on first use and loaded from
@@ -234,13 +236,17 @@ def create_session(model_path: str | os.PathLike[str] | bytes, *, threads: int =
     `shared_weights` (with `cache_dir`): load the weights from a memory-mapped ORT-format
     cache entry shared by every process on the box (see the module doc); falls back to the
     normal path when that fails.
+    `arena`: keep ORT's CPU arena, which holds the largest activations a run ever needed
+    for the life of the session; False: each run's buffers are freed after it (to the
+    allocator, which the worker trims), for a few percent more CPU per run on the voice
+    (docs/performance.md, memory).
     """
     ort = import_ort()
     if threads < 1 or inter_threads < 1:
         raise OnnxError(f"thread counts must be >= 1 (got {threads}/{inter_threads})",
                         code="onnx_threads")
     if isinstance(model_path, bytes):
-        opts = _options(ort, threads, inter_threads, spin)
+        opts = _options(ort, threads, inter_threads, spin, arena)
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         return _session(ort, model_path, opts)
     model = str(model_path)
@@ -257,7 +263,8 @@ def create_session(model_path: str | os.PathLike[str] | bytes, *, threads: int =
             shared = _shared_beside(cached, threads)
             if shared.is_file() or _write_shared(ort, source, shared, threads, inter_threads):
                 try:
-                    session = _shared_session(ort, shared, threads, inter_threads, spin)
+                    session = _shared_session(ort, shared, threads, inter_threads, spin,
+                                              arena)
                 except OnnxError as exc:
                     log.warning("onnx_shared_load_failed", path=str(shared), error=str(exc))
                     shared.unlink(missing_ok=True)
@@ -267,7 +274,7 @@ def create_session(model_path: str | os.PathLike[str] | bytes, *, threads: int =
             log.info("onnx_weights_private", model=model)
     if source == model:
         source = _rewritten(model, rewrite)
-    opts = _options(ort, threads, inter_threads, spin)
+    opts = _options(ort, threads, inter_threads, spin, arena)
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     try:
         return _session(ort, source, opts)

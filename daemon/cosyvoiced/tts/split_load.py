@@ -1,10 +1,13 @@
 """Loading a split voice: its graphs cut and cached, its sessions, the load-time checks.
 
 `load_split` cuts the voice at its latent seam and its flow's (`tts.seam`), caches the
-graphs beside the optimized ones, makes the sessions through the one factory (the decoder
-with the voice's 2-D rewrite), checks on a probe sentence that chunks with trimmed
-contexts join to the whole (`_trim_contexts`) and picks the vocoder's precision
-(`tts.vocoder`). What it returns runs in `tts.split`.
+graphs beside the optimized ones, with their layout (seams and receptive fields, a small
+JSON file: a load from the cache then reads no graph into this process, so a worker holds
+no copy of the weights beside the memory-mapped ones of its sessions), makes the
+sessions through the one factory (the decoder with the voice's 2-D rewrite; no ORT arena:
+a worker does not keep the largest chunk's activations between runs), checks on a
+probe sentence that chunks with trimmed contexts join to the whole (`_trim_contexts`)
+and picks the vocoder's precision (`tts.vocoder`). What it returns runs in `tts.split`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from cosyvoiced.tts.receptive import ReceptiveField, receptive_field
 from cosyvoiced.tts.seam import (
     FLOW,
     FlowSeam,
+    Seam,
     decoder_seam,
     find_flow_seam,
     find_seam,
@@ -68,6 +72,8 @@ class SplitPaths(NamedTuple):
     decoder: Path
     contexts: Path
     """The load-time check's verdict on the trimmed contexts (`_trim_contexts`)."""
+    layout: Path
+    """The seams and receptive fields of the cached graphs (`Layout`)."""
 
 
 def split_paths(model_path: str | os.PathLike[str], cache_dir: str | os.PathLike[str]
@@ -76,7 +82,54 @@ def split_paths(model_path: str | os.PathLike[str], cache_dir: str | os.PathLike
     stem = f"{Path(model_path).stem}-{file_sha256(model_path)[:32]}-{SPLIT_TAG}"
     base = Path(cache_dir) / "onnx"
     return SplitPaths(*(base / f"{stem}-{part}.onnx" for part in ("front", "flow", "decoder")),
-                      base / f"{stem}-contexts-d{DECODER_CONTEXT}-f{FLOW_CONTEXT}.json")
+                      base / f"{stem}-contexts-d{DECODER_CONTEXT}-f{FLOW_CONTEXT}.json",
+                      base / f"{stem}-layout.json")
+
+
+class Layout(NamedTuple):
+    """What a load needs to know of the split graphs besides their sessions."""
+
+    seam: Seam
+    field: ReceptiveField
+    flow_seam: FlowSeam | None
+    flow_field: ReceptiveField | None
+
+
+def _write_layout(path: Path, layout: Layout) -> bool:
+    import json
+
+    def field(f: ReceptiveField | None) -> list[int] | None:
+        return None if f is None else [f.hop, f.reach_back, f.reach_ahead]
+
+    seam, flow = layout.seam, layout.flow_seam
+    text = json.dumps({
+        "seam": [seam.latent, list(seam.inputs), list(seam.outputs)], "field": field(layout.field),
+        "flow_seam": None if flow is None else [list(flow.inputs), flow.latent],
+        "flow_field": field(layout.flow_field)})
+    return write_cache_file(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"),
+                            what="tts_split")
+
+
+def _read_layout(paths: SplitPaths) -> Layout | None:
+    """The cached layout, or None where it is missing, unreadable or does not fit the
+    cached graphs (a flow graph on disk iff the layout has a flow)."""
+    import json
+
+    try:
+        raw = json.loads(paths.layout.read_text(encoding="utf-8"))
+        latent, inputs, outputs = raw["seam"]
+        seam = Seam(str(latent), tuple(map(str, inputs)), tuple(map(str, outputs)))
+        field = ReceptiveField(*map(int, raw["field"]))
+        flow_seam = flow_field = None
+        if raw["flow_seam"] is not None:
+            flow_inputs, flow_latent = raw["flow_seam"]
+            flow_seam = FlowSeam(tuple(map(str, flow_inputs)), str(flow_latent))
+            flow_field = ReceptiveField(*map(int, raw["flow_field"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if (flow_seam is not None) != paths.flow.is_file():
+        return None
+    return Layout(seam, field, flow_seam, flow_field)
 
 
 def _snr_db(ref: np.ndarray, x: np.ndarray) -> float:
@@ -195,12 +248,44 @@ def load_split(model_path: str | os.PathLike[str], *, threads: int = 1,
     where it cannot be split off), or None (logged: the caller keeps the whole graph)
     where it has no seam or its decoder's reach is not known. Chunks decode with trimmed
     contexts where the probe sentence says they join close enough (`_trim_contexts`)."""
-    import onnx
-
     model_path = str(model_path)
     config = str(config_path) if config_path is not None else None
     paths = split_paths(model_path, cache_dir) if cache_dir is not None else None
     cached = paths is not None and paths.front.is_file() and paths.decoder.is_file()
+    layout = _read_layout(paths) if paths is not None and cached else None
+    loaded = ((_load_laid_out(model_path, paths, layout, threads, cache_dir), paths, None)
+              if paths is not None and layout is not None else
+              _load_graphs(model_path, paths, cached, threads, cache_dir, prefix, flow_prefix))
+    if loaded is None:
+        return None
+    voice, paths, graph = loaded
+    return _checked(voice, model_path, paths, graph, threads, cache_dir, vocoder, chunks_s,
+                    config)
+
+
+def _load_laid_out(model_path: str, paths: SplitPaths, layout: Layout, threads: int,
+                   cache_dir: str | os.PathLike[str] | None) -> SplitVoice:
+    """The sessions of the cached graphs, their layout read from its JSON (no graph is
+    parsed in this process)."""
+    rewrite = decoder_rewrite(threads)
+    kinds = ("front", "flow", "decoder") if layout.flow_seam is not None else ("front", "decoder")
+    sessions = {k: create_session(getattr(paths, k), threads=threads, cache_dir=cache_dir,
+                                  rewrite=rewrite if k == "decoder" else None,
+                                  shared_weights=True, arena=False) for k in kinds}
+    log.debug("tts_split_layout", model=model_path, path=str(paths.layout))
+    return SplitVoice(sessions["front"], sessions["decoder"], layout.seam, layout.field,
+                      flow=sessions.get("flow"), flow_seam=layout.flow_seam,
+                      flow_field=layout.flow_field)
+
+
+def _load_graphs(model_path: str, paths: SplitPaths | None, cached: bool, threads: int,
+                 cache_dir: str | os.PathLike[str] | None, prefix: str, flow_prefix: str
+                 ) -> tuple[SplitVoice, SplitPaths | None, Any] | None:
+    """The voice cut (or its cached graphs read), walked, cached with its layout, and its
+    sessions made, with its cache paths (None: not cached) and, where not cached, its
+    decoder graph; None (logged) where it has no seam or no known reach."""
+    import onnx
+
     models: dict[str, Any] = {}  # front / flow / decoder graphs (the front not read if cached)
     flow_seam: FlowSeam | None = None
     if paths is not None and cached:
@@ -241,24 +326,36 @@ def load_split(model_path: str | os.PathLike[str], *, threads: int = 1,
     if not cached and paths is not None and not all(_save(models[k], getattr(paths, k))
                                                     for k in reversed(kinds)):
         paths = None  # written front last: a cached front means the rest is there
+    if paths is not None:
+        _write_layout(paths.layout, Layout(seam, field, flow_seam, flow_field))
     rewrite = decoder_rewrite(threads)
 
     def session(kind: str) -> Any:
         wanted = rewrite if kind == "decoder" else None
         if paths is not None:
             return create_session(getattr(paths, kind), threads=threads, cache_dir=cache_dir,
-                                  rewrite=wanted, shared_weights=True)
+                                  rewrite=wanted, shared_weights=True, arena=False)
         if wanted is not None:  # in memory (no cache, or it is unwritable): rewritten here
             try:
                 wanted.apply(models[kind])
             except ValueError as exc:
                 log.info("graph_rewrite_skipped", model=model_path, rewrite=wanted.tag,
                          reason=str(exc))
-        return create_session(models[kind].SerializeToString(), threads=threads)
+        return create_session(models[kind].SerializeToString(), threads=threads, arena=False)
 
     sessions = {k: session(k) for k in kinds}
     voice = SplitVoice(sessions["front"], sessions["decoder"], seam, field,
                        flow=sessions.get("flow"), flow_seam=flow_seam, flow_field=flow_field)
+    return voice, paths, models["decoder"] if paths is None else None
+
+
+def _checked(voice: SplitVoice, model_path: str, paths: SplitPaths | None, graph: Any,
+             threads: int, cache_dir: str | os.PathLike[str] | None, vocoder: str,
+             chunks_s: tuple[float, ...], config: str | None) -> SplitVoice | None:
+    """The voice with its front's outputs checked, its contexts trimmed and its vocoder's
+    precision picked; None (logged) where the front does not fit. `graph`: the decoder
+    graph where it is not cached (else read from the cache only if OpenVINO is tried)."""
+    seam, field, flow_field = voice.seam, voice.field, voice.flow_field
     outputs = {o.name for o in voice.front.get_outputs()}
     if set(voice._front_outputs()) != outputs:  # a cache entry that does not fit
         log.warning("tts_decode_path", model=model_path, path="whole",
@@ -269,8 +366,17 @@ def load_split(model_path: str | os.PathLike[str], *, threads: int = 1,
         if vocoder != "fp32" else None
     left, right = voice.context or (field.left, field.right)
     sizes = [voice.frames_for(s, probe[1]) + left + right for s in chunks_s] if probe else []
+
+    def decoder_2d() -> bytes:
+        if graph is not None:
+            return _decoder_2d(graph)
+        import onnx
+
+        assert paths is not None
+        return _decoder_2d(onnx.load(str(paths.decoder)))
+
     voice.fast, voice.vocoder = pick_decoder(
-        vocoder, voice.decoder, _decoder_2d(models["decoder"]),
+        vocoder, voice.decoder, decoder_2d,
         voice.latent(probe[0]) if probe is not None else None, seam.latent, sizes,
         threads=threads, cache_dir=str(cache_dir) if cache_dir is not None else None,
         model=model_path,

@@ -26,7 +26,7 @@ from __future__ import annotations
 import io
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -124,11 +124,12 @@ def _measure(fp32: Any, fast: Mapping[int, Any], inputs: Mapping[str, np.ndarray
     return snr, min(times["bf16"]) / max(min(times["fp32"]), 1e-9)
 
 
-def pick_decoder(setting: str, fp32: Any, decoder: bytes, inputs: Mapping[str, np.ndarray] | None,
+def pick_decoder(setting: str, fp32: Any, decoder: Callable[[], bytes],
+                 inputs: Mapping[str, np.ndarray] | None,
                  latent: str, sizes: list[int], *, threads: int, cache_dir: str | None,
                  model: str, verdict: Path | None = None) -> tuple[dict[int, Any], str]:
     """({window frames: bf16 decoder}, "bf16"), or ({}, "fp32"), for a voice: see the module
-    doc. `inputs`: the decoder's inputs for the probe sentence (None: no probe, FP32).
+    doc. `decoder()`: the decoder graph for OpenVINO, made only where it is tried. `inputs`: the decoder's inputs for the probe sentence (None: no probe, FP32).
     `verdict`: where the measured SNR and time ratio are kept for this CPU (later starts
     read them instead of timing again)."""
     flags = cpu_flags()
@@ -145,7 +146,7 @@ def pick_decoder(setting: str, fp32: Any, decoder: bytes, inputs: Mapping[str, n
         return {}, "fp32"
     order = sorted(set(sizes))
     try:
-        built = create_ov_sessions(io.BytesIO(decoder), shapes=[
+        built = create_ov_sessions(io.BytesIO(decoder()), shapes=[
             {name: list(a.shape) for name, a in window(inputs, latent, size).items()}
             for size in order], threads=threads, precision="bf16", cache_dir=cache_dir)
         fast = dict(zip(order, built, strict=True))

@@ -211,7 +211,7 @@ def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
     rewrite = decoder_rewrite(threads)
     try:  # weights memory-mapped from the cache: one copy per box, not per worker
         session = create_session(model, threads=threads, cache_dir=cache_dir, rewrite=rewrite,
-                                 shared_weights=True)
+                                 shared_weights=True, arena=False)
     except OnnxError:
         if chosen == "fp32":
             raise
@@ -219,7 +219,7 @@ def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
         model = files.model_path
         session, chosen = create_session(files.model_path, threads=threads,
                                          cache_dir=cache_dir, rewrite=rewrite,
-                                         shared_weights=True), "fp32"
+                                         shared_weights=True, arena=False), "fp32"
     log.info("voice_loaded", voice=files.name, precision=chosen, threads=threads,
              decode="clauses")
     return Voice(files.name, config, session, chosen, language,

@@ -54,3 +54,33 @@ def test_english_only_model_hears_english_whatever_is_asked(asr):
     assert e.value.code == "unsupported_language"
     out = asr.transcribe([Utterance(np.zeros((50, 80), dtype=np.float32), 0, 500, 0.0)])
     assert out[0].language == "en"
+
+
+def test_transcripts_are_the_tokenizers_own_text(monkeypatch):
+    """The text made from CTranslate2's token strings is what the model's tokenizer.json
+    decodes the same ids to: on real telephone speech, and for every token it may emit."""
+    from tokenizers import Tokenizer
+
+    from cosyvoiced.listen.asr import byte_level_text
+    from cosyvoiced.testing.prompts import load_wav, prompts
+
+    asr = WhisperAsr(AsrConfig())
+    tok = Tokenizer.from_file(str(asr.model_dir / "tokenizer.json"))
+    results = []
+    generate = asr._model.generate
+
+    def keep(*args, **kwargs):
+        results.extend(out := generate(*args, **kwargs))
+        return out
+
+    monkeypatch.setattr(asr, "_model", type("M", (), {"generate": staticmethod(keep),
+                                                      "n_mels": asr.n_mels})())
+    for prompt in prompts()[:6]:
+        results.clear()
+        got = asr.transcribe_audio(load_wav(prompt.path))
+        ids = [i for i in results[-1].sequences_ids[0] if i < asr.eot]
+        assert got.text and got.text == tok.decode(ids).strip()
+    vocab = sorted((i, t) for t, i in tok.get_vocab().items() if i < asr.eot)
+    for lo in range(0, len(vocab), 97):  # runs of tokens, split UTF-8 sequences included
+        chunk = vocab[lo:lo + 97]
+        assert byte_level_text([t for _, t in chunk]) == tok.decode([i for i, _ in chunk])

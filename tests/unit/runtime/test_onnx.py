@@ -116,3 +116,24 @@ def test_errors_are_typed(tmp_path, tiny_model):
     with pytest.raises(OnnxError) as err:
         factory.run(sess, {"x": np.ones((1, 5), dtype=np.float32)})
     assert err.value.code == "onnx_run"
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_a_session_without_the_arena_gives_the_same_output(tiny_model, tmp_path, shared):
+    x = np.random.default_rng(5).standard_normal((7, 4)).astype(np.float32)
+    seen = []
+    real = ort.InferenceSession
+
+    def spy(model, sess_options=None, providers=None):
+        seen.append(sess_options.enable_cpu_mem_arena)
+        return real(model, sess_options=sess_options, providers=providers)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ort, "InferenceSession", spy)
+        plain = create_session(tiny_model, cache_dir=tmp_path, shared_weights=shared)
+        seen.clear()
+        lean = create_session(tiny_model, cache_dir=tmp_path, shared_weights=shared,
+                              arena=False)
+    assert seen == [False]  # the session that runs (the caches were written before)
+    assert np.array_equal(lean.run(None, {"x": x})[0], plain.run(None, {"x": x})[0])
+    np.testing.assert_allclose(lean.run(None, {"x": x})[0], expected(x), rtol=1e-6)

@@ -39,7 +39,8 @@ IDLE_WAKE_S = 0.1
 TRIM_EVERY_S = 30.0
 """How often a worker returns freed heap memory to the kernel (`malloc_trim`): glibc keeps
 what its per-thread arenas freed, so a worker otherwise stays at the memory of its busiest
-moment (figures: docs/performance.md)."""
+moment (figures: docs/performance.md). It also trims once each time its last TTS stream
+is done (not between the steps of one: their buffers are needed again at once)."""
 WARMUP_TEXT = "Hello, this is a warm up sentence for the speech worker."
 
 
@@ -73,6 +74,8 @@ class Worker:
         self._stop = False
         self.clauses = 0
         self._trimmed_at = time.monotonic()
+        self._untrimmed = False
+        """Work was done since the last trim."""
         self.vad_us = 0.0
 
     # --- setup --------------------------------------------------------------------
@@ -121,6 +124,7 @@ class Worker:
         self.vad_us = vad_us
         if took := self.listen.warm_up():
             self.meter.asr_rtf = took / (WARMUP_FRAMES * 0.01)
+        malloc_trim()  # what loading the models freed goes back now, not at the first trim
         return rtf, vad_us
 
     def _ready(self, rtf: float, vad_us: float) -> None:
@@ -171,17 +175,24 @@ class Worker:
                 self.clauses += 1
             if did:  # the loop's own wall time; a Whisper decode's is in the CPU figure
                 meter.add_busy(perf() - t0)
+                self._untrimmed = True
             if meter.roll(time.monotonic(), len(self.listen)):
                 self._publish_stats()
                 if now - self._trimmed_at >= TRIM_EVERY_S:
-                    self._trimmed_at = now
-                    malloc_trim()
+                    self._trim(now)
             if did:
                 continue
+            if self._untrimmed and not self.tts.streams:
+                self._trim(now)  # the last request is done: its freed buffers go back
             now = time.monotonic()
             waits = [w for w in (self.tts.wake_in(now), self.vad.due_in(now),
                                  self.listen.wake_in()) if w is not None]
             conn.poll(min([IDLE_WAKE_S, *waits]))
+
+    def _trim(self, now: float) -> None:
+        self._trimmed_at = now
+        self._untrimmed = False
+        malloc_trim()
 
     def _publish_stats(self) -> None:
         s = self.stats

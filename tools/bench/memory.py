@@ -1,0 +1,191 @@
+"""Suite `memory`: what one more inference worker costs in memory (PSS), and where it goes.
+
+1. The daemon (dev config, no warm spare, the prompt cache off) started with 1, then 2
+   inference workers on CPUs 0-1; one short TTS request served over HTTP, a few seconds
+   to settle, then the PSS of its process tree (each process's /proc/PID/smaps_rollup
+   summed). The difference is what an added worker costs (target <= 100 MB). Piper's
+   HTTP server on the same voice after one request, for scale (the ramp compares the
+   trees at the same streams).
+2. The breakdown: a plain process set up as a worker (pinned, one thread) loads the
+   worker's pieces in turn (its modules, the voice and its warm-up, one request, the VAD
+   graphs, Whisper and its warm-up decode) and reads its own smaps_rollup after each:
+   anonymous memory is private to a process (each worker adds all of it), file pages
+   are shared through the page cache (each of N processes is charged 1/N).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tools.bench.report import Report
+
+REPO = Path(__file__).resolve().parents[2]
+TEXT = "Thank you for calling, how can I help you today?"
+SETTLE_S = 3.0
+PER_WORKER_MB = 100.0
+"""The issue's target: PSS per added inference worker."""
+FIELDS = ("Pss", "Pss_Anon", "Pss_File")
+
+
+def rollup_kb(pid: int | str) -> dict[str, int]:
+    """The kB fields of /proc/PID/smaps_rollup ({} when the process is gone)."""
+    out: dict[str, int] = {}
+    try:
+        text = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    except OSError:
+        return out
+    for line in text.splitlines()[1:]:
+        name, _, rest = line.partition(":")
+        parts = rest.split()
+        if len(parts) == 2 and parts[1] == "kB":
+            out[name] = int(parts[0])
+    return out
+
+
+def _mb(kb: float) -> float:
+    return round(kb / 1024.0, 1)
+
+
+def _tree(pid: int) -> dict[int, dict[str, int]]:
+    from tools.loadgen.stats import process_tree
+
+    return {p: rollup_kb(p) for p in process_tree(pid)}
+
+
+def _speak(url: str) -> None:
+    req = urllib.request.Request(f"{url}/v1/tts", data=json.dumps({"text": TEXT}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        r.read()
+
+
+def _daemon(workers: int, tmp: Path) -> dict[int, dict[str, int]]:
+    from tools.loadgen.peers import start_cosyvoiced
+
+    tmp = tmp / f"workers-{workers}"
+    tmp.mkdir()
+
+    managed, server = start_cosyvoiced(tmp, "0-1", workers, ("workers.spare=false",),
+                                       spare=False)
+    try:
+        assert server.ends.http is not None
+        _speak(server.ends.http)
+        time.sleep(SETTLE_S)
+        return _tree(server.pid)
+    finally:
+        managed.stop()
+
+
+def _piper(tmp: Path) -> dict[int, dict[str, int]]:
+    from tools.loadgen.peers import start_piper_http
+
+    managed, server = start_piper_http(tmp, "0-1")
+    try:
+        url = server.ends.piper_http
+        req = urllib.request.Request(f"{url}/synthesize", data=json.dumps({"text": TEXT}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=120) as r:
+            r.read()
+        time.sleep(SETTLE_S)
+        return _tree(server.pid)
+    finally:
+        managed.stop()
+
+
+def _sum(tree: dict[int, dict[str, int]], field: str) -> float:
+    return _mb(sum(r.get(field, 0) for r in tree.values()))
+
+
+def pieces(cache_dir: str) -> None:
+    """Child side of the breakdown: print one JSON line of smaps_rollup per piece loaded."""
+    from cosyvoiced.workers.worker.affinity import pin_all_threads, thread_env
+
+    os.environ.update(thread_env(1))
+    pin_all_threads([0])
+
+    def mark(step: str) -> None:
+        print(json.dumps({"step": step, **rollup_kb("self")}), flush=True)
+
+    mark("interpreter")
+    import numpy as np
+    import onnxruntime  # noqa: F401
+
+    mark("numpy, onnxruntime")
+    from cosyvoiced.config.schema import AsrConfig, TtsConfig
+    from cosyvoiced.listen.asr import Utterance
+    from cosyvoiced.tts.synth import TtsEngine
+    from cosyvoiced.workers.worker import loop  # noqa: F401 (what a worker imports)
+    from cosyvoiced.workers.worker.heap import malloc_trim
+    from cosyvoiced.workers.worker.listeners import WARMUP_FRAMES
+
+    mark("worker modules")
+    engine = TtsEngine(TtsConfig(cache_mb=0.0), threads=1, cache_dir=cache_dir)
+    engine.voice()
+    malloc_trim()
+    mark("voice + warm-up")
+    for _ in engine.synthesize(TEXT):
+        pass
+    malloc_trim()
+    mark("one request")
+    from cosyvoiced.listen.vad import SileroBatch
+
+    for rate in (8000, 16000):
+        batch = SileroBatch(rate, 1024, threads=1, cache_dir=cache_dir)
+        slots = [batch.open() for _ in range(32)]
+        batch.run(slots, np.zeros((32, batch.window), dtype=np.float32))
+    malloc_trim()
+    mark("VAD 8 + 16 kHz")
+    from cosyvoiced.listen.asr import WhisperAsr
+
+    asr = WhisperAsr(AsrConfig(), threads=1)
+    malloc_trim()
+    mark("Whisper loaded")
+    frames = (np.random.default_rng(0).standard_normal((WARMUP_FRAMES, 80)) * 0.1 - 6.0)
+    asr.transcribe([Utterance(frames.astype(np.float32), 0, WARMUP_FRAMES * 10, 0.0)])
+    malloc_trim()
+    mark("Whisper warm-up decode")
+
+
+def _breakdown(cache_dir: str) -> list[dict[str, Any]]:
+    code = f"from tools.bench.memory import pieces; pieces({cache_dir!r})"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                         text=True, check=True, timeout=600)
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def run(quick: bool) -> Report:
+    report = Report("memory", ["what", "pss_mb", "pss_anon_mb", "pss_file_mb", "processes"])
+    cache_dir = str(REPO / "var" / "cache")
+    prev: dict[str, int] = {}
+    for row in _breakdown(cache_dir):
+        delta = [_mb(row.get(f, 0) - prev.get(f, 0)) for f in FIELDS]
+        report.rows.append([f"piece: {row['step']} (+)", *delta, 1])
+        prev = row
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {n: _daemon(n, Path(tmp)) for n in (1, 2)}
+        piper = None if quick else _piper(Path(tmp))
+    for n, tree in trees.items():
+        report.rows.append([f"cosyvoiced, {n} worker(s)", *(_sum(tree, f) for f in FIELDS),
+                            len(tree)])
+        for pid, r in sorted(tree.items())[1:]:
+            report.rows.append([f"  worker pid {pid}", *(_mb(r.get(f, 0)) for f in FIELDS), 1])
+    if piper is not None:
+        report.rows.append(["piper http server", *(_sum(piper, f) for f in FIELDS), len(piper)])
+        report.figures["piper_http_pss_mb"] = _sum(piper, "Pss")
+    added = round(_sum(trees[2], "Pss") - _sum(trees[1], "Pss"), 1)
+    report.figures.update(tree_1_worker_mb=_sum(trees[1], "Pss"),
+                          tree_2_workers_mb=_sum(trees[2], "Pss"), per_added_worker_mb=added)
+    report.notes.append(f"one request ({TEXT!r}), then {SETTLE_S:.0f} s, then PSS; "
+                        "workers.spare=false, tts.cache_mb=0, CPUs 0-1, FP32 vocoder unless "
+                        "the CPU has AMX")
+    report.target("pss_per_added_worker_mb", added, f"<= {PER_WORKER_MB:.0f}",
+                  added <= PER_WORKER_MB)
+    return report
