@@ -154,9 +154,23 @@ class _StdlibBridge(logging.Handler):
         level = record.levelname.lower()
         log = structlog.get_logger(record.name)
         kw: dict[str, Any] = {"logger": record.name}
+        if _peer_fault(record):  # a client's bad request: not our error, and not a traceback
+            log.debug(record.getMessage(), logger=record.name, error=str(record.exc_info[1]))
+            return
         if record.exc_info:
             kw["exc_info"] = record.exc_info
         getattr(log, level if level in LEVELS else "info")(record.getMessage(), **kw)
+
+
+def _peer_fault(record: logging.LogRecord) -> bool:
+    """aiohttp's "Error handling request" for a request its peer got wrong (not HTTP,
+    headers too large, a bad chunk): at error level with a traceback, any client could
+    write error lines at will; the answer (400/431) already tells the client."""
+    if not record.name.startswith("aiohttp") or not record.exc_info:
+        return False
+    from aiohttp.http_exceptions import HttpProcessingError
+
+    return isinstance(record.exc_info[1], HttpProcessingError)
 
 
 def setup_logging(level: str = "info", sink: SinkName = "auto",

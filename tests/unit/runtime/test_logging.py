@@ -80,3 +80,25 @@ def test_auto_sink_picks_journald_under_systemd(journal, monkeypatch):
     assert setup_logging("info", "auto", str(path)) == "json"
     monkeypatch.setenv("INVOCATION_ID", "0123")
     assert setup_logging("info", "auto", str(path)) == "journald"
+
+
+def test_a_peers_bad_request_is_no_error_line():
+    """aiohttp logs a malformed request at error level with a traceback: a hostile client
+    could fill the journal with errors. It goes to debug, one line, no traceback."""
+    import logging
+
+    from aiohttp.http_exceptions import BadHttpMessage
+
+    out = io.StringIO()
+    setup_logging("debug", "json", stream=out)
+    try:
+        raise BadHttpMessage("Pause on PRI/Upgrade")
+    except BadHttpMessage:
+        logging.getLogger("aiohttp.server").exception("Error handling request")
+    try:
+        raise RuntimeError("ours")
+    except RuntimeError:
+        logging.getLogger("aiohttp.server").exception("Error handling request")
+    peer, ours = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert peer["level"] == "debug" and "exception" not in peer and "PRI" in peer["error"]
+    assert ours["level"] == "error" and "RuntimeError: ours" in ours["exception"]
