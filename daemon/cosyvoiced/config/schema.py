@@ -86,7 +86,7 @@ class WorkersConfig:
     """tts.decode = "clauses": workers cut clauses longer than this (tts.max_clause_chars
     when smaller): each clause is one uninterruptible ONNX run, so a long one delays every
     other stream on its worker (80 chars: about 3.5 s of speech)."""
-    admit_busy_max: float = opt(0.95, min=0.05, max=4.0, live=True)
+    admit_busy_max: float = opt(0.9, min=0.05, max=4.0, live=True)
     """Refuse new streams/requests when a worker's load with one more would exceed this,
     in core-seconds per second of its CPUs: load = max(measured CPU busy, speaking
     streams x TTS RTF + listen streams x (VAD + speech share x Whisper RTF))."""
