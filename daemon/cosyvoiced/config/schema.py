@@ -127,7 +127,8 @@ class TtsConfig:
     vocoder: Literal["auto", "fp32", "bf16"] = opt("auto")
     """chunked: the precision of a voice's vocoder (its decoder; the text front and the flow
     stay FP32). bf16 runs it through OpenVINO's CPU plugin; auto takes bf16 where the CPU
-    has AMX (`amx_bf16`) and, checked at load on a fixed sentence, it is within 30 dB SNR
+    computes in bf16 natively (`amx_bf16` or `avx512_bf16`) and, checked at load on a
+    fixed sentence, it is within 30 dB SNR
     of FP32 and at most 0.85x its time; else fp32 on ONNX Runtime (logged `tts_vocoder`,
     with the reason)."""
     first_chunk_s: float = opt(0.25, min=0.05, max=10.0, live=True)

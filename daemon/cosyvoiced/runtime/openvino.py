@@ -1,8 +1,8 @@
 """OpenVINO's CPU plugin behind the session interface the voices use (`run`, names).
 
-Where the CPU computes in bfloat16 natively (AMX: `amx_bf16` in /proc/cpuinfo), OpenVINO
-runs a convolutional vocoder in bf16 at one thread in ~0.6x the time of ONNX Runtime in
-FP32 (figures: docs/performance.md); ONNX Runtime's CPU provider has no bf16 kernels for
+Where the CPU computes in bfloat16 natively (AMX tiles, `amx_bf16` in /proc/cpuinfo, or
+AVX512-BF16, `avx512_bf16`), OpenVINO runs a convolutional vocoder in bf16 at one thread
+in ~0.3-0.7x the time of ONNX Runtime in FP32 (figures: docs/performance.md); ONNX Runtime's CPU provider has no bf16 kernels for
 it. Only graphs whose inputs have a known rank load here (`shapes` names the dynamic
 ones), and only the vocoder's parts: a voice's text front (durations) stays FP32 in ONNX
 Runtime, since bf16 moves frame counts.
@@ -24,9 +24,14 @@ from cosyvoiced.runtime.onnx import OnnxError
 
 log = structlog.get_logger(__name__)
 
-BF16_FLAG = "amx_bf16"
-"""The CPU flag that makes bf16 pay: AMX tiles. avx512_bf16 alone measured no faster
-than FP32 (docs/performance.md)."""
+BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+"""CPU flags that make bf16 pay, the better first: AMX tiles (0.28x FP32's decoder CPU
+time on a Xeon), AVX512-BF16 (0.68x on an AMD EPYC; docs/performance.md)."""
+
+
+def bf16_flag(flags: frozenset[str]) -> str | None:
+    """The first of `BF16_FLAGS` this CPU has, or None."""
+    return next((f for f in BF16_FLAGS if f in flags), None)
 
 
 @dataclass(frozen=True)

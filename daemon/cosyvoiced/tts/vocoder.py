@@ -12,7 +12,8 @@ moves frame counts (the front) or costs 15-20 dB of SNR (the flow), the decoder 
 keeps ~40 dB. `auto` takes bf16 only where all of these hold, and logs `tts_vocoder`
 with what it chose and why:
 
-* the CPU has AMX (`amx_bf16`): without it bf16 measured no faster (docs/performance.md);
+* the CPU computes in bf16 natively (AMX `amx_bf16`, or `avx512_bf16`): without either,
+  bf16 is emulated and no faster;
 * on the voice's probe sentence, the bf16 decoder is within `MIN_SNR_DB` of FP32;
 * timed on that sentence at load, interleaved with FP32, it takes at most
   `MAX_TIME_RATIO` of FP32's time.
@@ -34,7 +35,7 @@ import numpy as np
 import structlog
 
 from cosyvoiced.runtime.onnx import OnnxError, cpu_fingerprint, cpu_flags, run, write_cache_file
-from cosyvoiced.runtime.openvino import BF16_FLAG, create_ov_sessions
+from cosyvoiced.runtime.openvino import BF16_FLAGS, bf16_flag, create_ov_sessions
 
 log = structlog.get_logger(__name__)
 
@@ -59,15 +60,15 @@ def choose(setting: str, flags: frozenset[str], snr: float | None,
     """(precision, reason) for a voice's decoder from what was measured (None: not yet)."""
     if setting == "fp32":
         return "fp32", "configured"
-    if setting == "auto" and BF16_FLAG not in flags:
-        return "fp32", f"no {BF16_FLAG} on this CPU"
+    if setting == "auto" and bf16_flag(flags) is None:
+        return "fp32", f"no {' or '.join(BF16_FLAGS)} on this CPU"
     if snr is None:
         return "fp32", "bf16 decoder unavailable"
     if snr < MIN_SNR_DB:
         return "fp32", f"bf16 SNR {snr:.1f} dB < {MIN_SNR_DB:.0f} dB"
     if setting == "auto" and (time_ratio is None or time_ratio > MAX_TIME_RATIO):
         return "fp32", f"bf16 not faster ({time_ratio:.2f}x fp32)" if time_ratio else "untimed"
-    return "bf16", "configured" if setting == "bf16" else f"{BF16_FLAG}, measured faster"
+    return "bf16", "configured" if setting == "bf16" else f"{bf16_flag(flags)}, measured faster"
 
 
 def _timed(session: Any, feeds: Mapping[str, np.ndarray]) -> tuple[float, np.ndarray]:
@@ -133,7 +134,7 @@ def pick_decoder(setting: str, fp32: Any, decoder: Callable[[], bytes],
     `verdict`: where the measured SNR and time ratio are kept for this CPU (later starts
     read them instead of timing again)."""
     flags = cpu_flags()
-    wanted = setting == "bf16" or (setting == "auto" and BF16_FLAG in flags)
+    wanted = setting == "bf16" or (setting == "auto" and bf16_flag(flags) is not None)
     if not wanted or inputs is None:
         reason = choose(setting, flags, None, None)[1] if not wanted else "no probe sentence"
         log.info("tts_vocoder", model=model, precision="fp32", reason=reason)
