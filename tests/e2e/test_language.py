@@ -20,9 +20,7 @@ import pytest
 import soxr
 
 from cosyvoiced.config.schema import AsrConfig
-from cosyvoiced.listen.asr import Utterance, WhisperAsr
-from cosyvoiced.listen.features.spec import WHISPER
-from cosyvoiced.listen.features.stream import MelFrames, MelStream
+from cosyvoiced.listen.asr import Utterance, WhisperAsr, clip_frames
 from cosyvoiced.listen.models import assemble_base
 from tests.fixtures.daemon import REPO, DaemonProcess
 
@@ -74,21 +72,13 @@ def heard(lang: str, text: str) -> float:
     return len(want & _words(text)) / len(want)
 
 
-def _frames(samples: np.ndarray) -> np.ndarray:
-    mel = MelStream(WHISPER)
-    ring = MelFrames(samples.shape[0] // WHISPER.hop + 2, WHISPER.n_mels)
-    mel.push(samples, ring)
-    mel.flush(ring)
-    return ring.buf[: ring.count].copy()
-
-
 def test_base_in_process_language_asked_detected_and_mixed_in_one_batch(base_dir, speech):
     asr = WhisperAsr(AsrConfig(model_dir=str(base_dir)))
     assert asr.multilingual and len(asr.languages) == 99
     assert asr.prompt_for("de")[1:3] == [asr._token("<|de|>"), asr._token("<|transcribe|>")]
-    utts = [Utterance(_frames(speech["de"]), 0, 1, time.monotonic(), "asked-de", "de"),
-            Utterance(_frames(speech["es"]), 0, 1, time.monotonic(), "found-es"),
-            Utterance(_frames(speech["de"]), 0, 1, time.monotonic(), "found-de")]
+    utts = [Utterance(clip_frames(speech["de"]), 0, 1, time.monotonic(), "asked-de", "de"),
+            Utterance(clip_frames(speech["es"]), 0, 1, time.monotonic(), "found-es"),
+            Utterance(clip_frames(speech["de"]), 0, 1, time.monotonic(), "found-de")]
     out = asr.transcribe(utts)  # one batch: a prompt per utterance
     assert [t.language for t in out] == ["de", "es", "de"], out
     for t, lang in zip(out, ["de", "es", "de"], strict=True):

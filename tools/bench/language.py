@@ -48,17 +48,6 @@ FOREIGN = {
 }
 
 
-def _frames(samples_16k: np.ndarray) -> np.ndarray:
-    from cosyvoiced.listen.features.spec import WHISPER
-    from cosyvoiced.listen.features.stream import MelFrames, MelStream
-
-    mel = MelStream(WHISPER)
-    ring = MelFrames(samples_16k.shape[0] // WHISPER.hop + 2, WHISPER.n_mels)
-    mel.push(samples_16k, ring)
-    mel.flush(ring)
-    return ring.buf[: ring.count].copy()
-
-
 def _espeak(voice: str, text: str, tmp: Path) -> np.ndarray:
     path = tmp / "said.wav"
     subprocess.run(["espeak-ng", "-v", voice, "-s", "150", "-w", str(path), text], check=True,
@@ -94,14 +83,14 @@ def run(quick: bool) -> Report:
     import structlog
 
     from cosyvoiced.config.schema import AsrConfig
-    from cosyvoiced.listen.asr import WhisperAsr
+    from cosyvoiced.listen.asr import WhisperAsr, clip_frames
     from cosyvoiced.listen.models import assemble_base
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     base_dir = Path("var/models/whisper-base")
     assemble_base(base_dir)
     items = prompts()[:: 20 if quick else 4]
-    english = [_frames(soxr.resample(p.samples(), 8000, 16000).astype(np.float32))
+    english = [clip_frames(soxr.resample(p.samples(), 8000, 16000).astype(np.float32))
                for p in items]
     refs = [p.text for p in items]
     rep = Report("language", ["model", "speech", "language", "utterances", "wer_pct",
@@ -117,7 +106,7 @@ def run(quick: bool) -> Report:
             rep.figures[f"{name}_{mode or 'detected'}_en_s_per_s"] = took / speech_s
     with tempfile.TemporaryDirectory() as tmp:
         for lang, (voice, texts) in FOREIGN.items():
-            frames = [_frames(_espeak(voice, t, Path(tmp))) for t in texts]
+            frames = [clip_frames(_espeak(voice, t, Path(tmp))) for t in texts]
             for mode in (lang, ""):
                 out, took, speech_s = _decode(base, frames, mode)
                 right = 100.0 * sum(t.language == lang for t in out) / len(out)

@@ -113,6 +113,16 @@ def byte_level_text(tokens: Sequence[str]) -> str:
     return bytes(table[c] for c in "".join(tokens)).decode("utf-8", errors="replace")
 
 
+def clip_frames(samples_16k: np.ndarray) -> np.ndarray:
+    """Raw log10 mel frames `[T, 80]` of a whole 16 kHz clip, as the stream computes them
+    (tools and tests transcribe clips; the workers build frames as the caller speaks)."""
+    mel = MelStream(WHISPER)
+    ring = MelFrames(samples_16k.shape[0] // WHISPER.hop + 2, WHISPER.n_mels)
+    mel.push(samples_16k, ring)
+    mel.flush(ring)
+    return ring.buf[: ring.count].copy()
+
+
 @dataclass(frozen=True)
 class Utterance:
     """One utterance to transcribe: raw log10 mel frames `[T, n_mels]` (float32)."""
@@ -257,10 +267,6 @@ class WhisperAsr:
     def transcribe_audio(self, samples_16k: np.ndarray, stream: str = "",
                          language: str = "") -> Transcript:
         """Convenience: features + decode for one 16 kHz clip (tools and tests)."""
-        mel = MelStream(WHISPER)
-        ring = MelFrames(samples_16k.shape[0] // WHISPER.hop + 2, WHISPER.n_mels)
-        mel.push(samples_16k, ring)
-        mel.flush(ring)
         end_ms = samples_16k.shape[0] * 1000 // WHISPER.rate_hz
-        return self._batch([Utterance(ring.buf[: ring.count], 0, end_ms, time.monotonic(),
+        return self._batch([Utterance(clip_frames(samples_16k), 0, end_ms, time.monotonic(),
                                       stream, self.check_language(language))])[0]
