@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
 import threading
 import time
 import wave
+from typing import Any
 
 import numpy as np
 import pytest
+import structlog.testing
 
 from cosyvoiced.audio.codec import mulaw_decode
 from cosyvoiced.audio.resample import SUPPORTED_RATES_HZ
@@ -327,22 +328,25 @@ def test_a_bf16_vocoder_speaks_what_fp32_speaks(cache_dir):
         assert snr_db(ref, out) > 25.0
 
 
-def test_auto_vocoder_follows_the_cpu_and_says_why(cache_dir, capsys):
+def test_auto_vocoder_follows_the_cpu_and_says_why(cache_dir):
     from cosyvoiced.runtime.onnx import cpu_flags
     from cosyvoiced.runtime.openvino import bf16_flag
 
-    engine = TtsEngine(TtsConfig(precision="fp32", vocoder="auto", warmup=False, cache_mb=0),
-                       cache_dir=cache_dir)
-    voice = engine.voice()
-    # console, JSON lines or journal fields (KEY=value), stdout or stderr: as an earlier
-    # test left logging set up
-    logged = "".join(capsys.readouterr()).lower()
-    assert "tts_vocoder" in logged
+    def load() -> tuple[Any, dict[str, Any]]:
+        # the events themselves: whichever sink an earlier test left logging set up with
+        with structlog.testing.capture_logs() as logs:
+            voice = TtsEngine(TtsConfig(precision="fp32", vocoder="auto", warmup=False,
+                                        cache_mb=0), cache_dir=cache_dir).voice()
+        said = [e for e in logs if e["event"] == "tts_vocoder"]
+        assert len(said) == 1, logs
+        return voice, said[0]
+
+    voice, said = load()
+    assert said["precision"] == voice.split.vocoder
     if bf16_flag(cpu_flags()) is None:
-        assert voice.split.vocoder == "fp32" and "no amx_bf16 or avx512_bf16" in logged
+        assert voice.split.vocoder == "fp32" and "no amx_bf16 or avx512_bf16" in said["reason"]
     else:  # bf16 only if it measured faster here and close to fp32: either way, said
-        assert voice.split.vocoder in ("fp32", "bf16") and "time_vs_fp32" in logged
-        again = TtsEngine(TtsConfig(precision="fp32", vocoder="auto", warmup=False,
-                                    cache_mb=0), cache_dir=cache_dir).voice()
+        assert voice.split.vocoder in ("fp32", "bf16") and "time_vs_fp32" in said
+        again, said = load()
         assert again.split.vocoder == voice.split.vocoder  # the verdict kept for this CPU
-        assert re.search(r"measured\W+before", "".join(capsys.readouterr()).lower())
+        assert said["measured"] == "before"

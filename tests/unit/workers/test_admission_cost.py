@@ -55,7 +55,7 @@ def test_the_default_limit_lets_a_worker_run_to_90_percent_of_its_capacity():
     busy_max = WorkersConfig().admit_busy_max
     assert 0.9 <= busy_max < 1.0
     w = WorkerLoad(0, True, 0.0, RTF, 60.0, 0, 0, 0)
-    assert w.tts_capacity(busy_max) >= 0.9 / RTF
+    assert w.tts_capacity(busy_max) >= int(0.9 / RTF)  # whole streams
 
 
 def test_the_busy_figure_is_cpu_time_of_every_thread_counted_once():
