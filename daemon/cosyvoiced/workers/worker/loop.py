@@ -75,7 +75,8 @@ class Worker:
         self.clauses = 0
         self._trimmed_at = time.monotonic()
         self._untrimmed = False
-        """Work was done since the last trim."""
+        """TTS steps were run since the last trim (VAD ticks and decodes do not count:
+        listening alone would trim on every tick)."""
         self.vad_us = 0.0
 
     # --- setup --------------------------------------------------------------------
@@ -173,9 +174,9 @@ class Worker:
             elif work == "tts" and self.tts.step(now):
                 did = True
                 self.clauses += 1
+                self._untrimmed = True  # a request's buffers: trimmed once its stream ends
             if did:  # the loop's own wall time; a Whisper decode's is in the CPU figure
                 meter.add_busy(perf() - t0)
-                self._untrimmed = True
             if meter.roll(time.monotonic(), len(self.listen)):
                 self._publish_stats()
                 if now - self._trimmed_at >= TRIM_EVERY_S:
