@@ -1,8 +1,8 @@
-"""The quick soak (`python -m tools.soak --quick`, ~2 minutes) against the real daemon:
-after each window of honest load, hostile clients and a worker killed with SIGKILL, the
-daemon is back to its baseline (memory, open files, rings, stream slots), answered every
-hostile action, kept its watchdog fed and its main pid, and answered every honest call.
-Underrun counts are figures of the box, not asserted here."""
+"""A quick soak (`python -m tools.soak --quick --minutes 1`: two 30 s windows) against
+the real daemon: after each window of honest load, hostile clients and a worker killed
+with SIGKILL, the daemon is back to its baseline (memory, open files, rings, stream
+slots), answered every hostile action, kept its watchdog fed and its main pid, and
+answered every honest call. Underrun counts are figures of the box, not asserted here."""
 
 from __future__ import annotations
 
@@ -26,14 +26,14 @@ BEHAVIOUR = ("RSS after load vs baseline (max %, growth)",
 def test_quick_soak_holds_its_behavioural_targets():
     from tools.soak.run import run
 
-    report = run(2.0, quick=True, log=lambda _line: None)
+    report = run(1.0, quick=True, log=lambda _line: None)
     targets = {t.name: t for t in report.targets}
     failed = [n for n in BEHAVIOUR if not targets[n].ok]
     assert not failed, report.render() + "\n" + str(report.figures)
     f = report.figures
-    assert f["kills"] == 4 and f["honest_calls"] >= 4 and f["hostile_actions"] >= 20
+    assert f["kills"] == 2 and f["honest_calls"] >= 2 and f["hostile_actions"] >= 10
     rows = report.rows[1:]
     under = report.columns.index("underruns")
-    assert len(rows) == 4 and all(int(r[under]) >= 0 for r in rows)  # reported, not held
+    assert len(rows) == 2 and all(int(r[under]) >= 0 for r in rows)  # reported, not held
     names = {o for w in f["windows"] for o in w["logged"]}
     assert "worker_died" in names and "audiosocket_no_call" in names
