@@ -301,6 +301,19 @@ class CallController:
                         await resp.read()
 
 
+def reply_frames(received: list[Any], said_s: float) -> list[tuple[float, float]]:
+    """(arrival, seconds) of a reply's frames: from its first speech frame after `said_s`
+    to its last, the all-zero frames between them included. A zero frame there is a pause
+    in the speech (sentence silence at 8 kHz is exact zeros) or the daemon's ring running
+    dry, which it counts itself (`cosyvoiced_underruns_total{kind="call"}`): from the wire
+    the two look alike, so the listener here judges only when frames arrive."""
+    after = [r for r in received if r.at_s > said_s]
+    speech = [i for i, r in enumerate(after) if not r.silent]
+    if not speech:
+        return []
+    return [(r.at_s, len(r.pcm) / 16000) for r in after[speech[0]:speech[-1] + 1]]
+
+
 class CallStream(Stream):
     kind = "call"
     corpus: list[np.ndarray] = []
@@ -375,8 +388,7 @@ class CallStream(Stream):
         said = self.said_s
         if said is None:
             return  # the daemon heard no end of speech: no reply to time
-        frames = [(r.at_s, len(r.pcm) / 16000) for r in peer.call.speech_frames()
-                  if r.at_s > said]
+        frames = reply_frames(peer.call.received, said)
         heard = listen(said, frames, jitter_s=CALL_JITTER_S) if frames else None
         self.out.append(Reply(self.kind, self.index, said, time.monotonic(), heard,
                               error="" if frames else "no reply audio"))

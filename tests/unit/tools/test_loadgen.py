@@ -73,6 +73,23 @@ def test_no_audio_is_infinitely_late(lg):
     assert math.isinf(h.ttfa_s) and math.isinf(h.ratio)
 
 
+def test_a_call_replys_pause_is_audio_not_a_gap(lg):
+    """Sentence silence comes as all-zero frames, like comfort silence: between the reply's
+    first and last speech frames they are its audio, so a reply paced at 20 ms per frame
+    with a pause in it is heard with no gap; before and after the reply they are not."""
+    from cosyvoiced.testing.audiosocket_peer import Received
+
+    speech, zero = b"\x01\x00" * 160, bytes(320)
+    pcm = [zero, zero, speech, speech, zero, zero, zero, speech, zero, zero]
+    received = [Received(10.0 + 0.02 * i, b) for i, b in enumerate(pcm)]
+    frames = lg.streams.reply_frames(received, said_s=10.01)
+    assert [at for at, _ in frames] == [r.at_s for r in received[2:8]]
+    heard = lg.stats.listen(10.01, frames, jitter_s=0.06)
+    assert heard.underruns == 0 and heard.audio_s == pytest.approx(0.12)
+    assert lg.streams.reply_frames(received, said_s=10.13) == [(received[7].at_s, 0.02)]
+    assert lg.streams.reply_frames(received[:2], said_s=9.0) == []
+
+
 # --- percentiles, slope -----------------------------------------------------------------
 
 
