@@ -227,6 +227,7 @@ class Call:
               StreamResampler(self._synth_rate, self.rate_hz, dtype=np.int16))
         started = False
         reason = "done"
+        began, chunks, underruns = time.monotonic(), 0, self._playout.stats().underruns
         try:
             async for chunk in synthesis:
                 pcm = np.frombuffer(chunk.data, dtype=np.int16)
@@ -235,6 +236,11 @@ class Call:
                 if not started and pcm.shape[0]:  # goes out on the next tick
                     started = True
                     self.bus.publish(PlaybackStarted(say_id, stream=self.id))
+                chunks += 1
+                if underruns >= 0 and self._playout.stats().underruns > underruns:
+                    underruns = -1  # once per say: when and before which chunk it ran dry
+                    log.info("call_underrun", call_id=self.id, say_id=say_id, chunk=chunks,
+                             after_s=round(time.monotonic() - began, 3))
                 await self._write(pcm)
             if rs is not None:
                 await self._write(rs.flush())
