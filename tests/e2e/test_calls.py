@@ -193,8 +193,9 @@ def _rss_mb(pid: int) -> float:
 
 def test_a_peer_flooding_audio_holds_bounded_memory_while_a_caller_is_served(daemon_factory):
     """A peer sending 4 KiB audio frames as fast as TCP goes (~16x real time and more)
-    costs the daemon a bounded backlog (the rest dropped and counted), and a caller on
-    the same daemon still hears its greeting."""
+    costs the daemon bounded memory (what runs over `LEAD_S` ahead of real time is
+    dropped as it is read, and counted), and a caller on the same daemon still hears its
+    greeting."""
     from cosyvoiced.serve.audiosocket.frames import Audio
 
     d = daemon_factory(overrides=(f'audiosocket.greeting="{GREETING}"',)).start()
@@ -236,6 +237,6 @@ def test_a_peer_flooding_audio_holds_bounded_memory_while_a_caller_is_served(dae
         metrics = r.read().decode()
     dropped = sum(float(ln.split()[-1]) for ln in metrics.splitlines()
                   if ln.startswith("cosyvoiced_dropped_frames_total") and 'kind="call"' in ln)
-    assert dropped > 0.5 * audio_s * 8000 / 160, dropped  # frames of 20 ms, counted
+    assert dropped > 0.8 * (audio_s - 8.0) * 8000, dropped  # samples, all but ~7 s
     d.signal(signal.SIGTERM)
     assert d.wait() == 0

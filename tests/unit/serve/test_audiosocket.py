@@ -10,6 +10,8 @@ import uuid
 
 import numpy as np
 import pytest
+import structlog
+import structlog.testing
 
 from cosyvoiced.config.addr import parse_allow_from, peer_allowed
 from cosyvoiced.config.listeners import AudioSocketConfig
@@ -81,6 +83,35 @@ def test_caller_audio_reaches_the_listener_and_barge_in_flushes():
     late = [r.at_s for r in call.speech_frames() if r.at_s > onset + 0.1]
     assert late == [], f"{len(late)} frames after barge-in"
     assert 0.3 < len(call.speech_frames()) * 0.02 < 2.0
+
+
+def test_audio_far_ahead_of_real_time_is_dropped_as_it_is_read():
+    """A peer sending 6 s of audio at once: what runs more than LEAD_S ahead of the call's
+    clock is dropped (counted, logged once), its hangup is read at once, and audio sent
+    at real-time pace after the burst is taken again."""
+    from cosyvoiced.serve.audiosocket.call import LEAD_S
+
+    async def main():
+        speech = FakeSpeech()
+        server = await _server(speech)
+        peer = Peer("127.0.0.1", _port(server))
+        await peer.connect()
+        t0 = time.monotonic()
+        await peer.send_raw(b"".join(Audio(bytes(320)).encode() for _ in range(300)))
+        await asyncio.sleep(LEAD_S + 1.0)  # the clock passes what was taken of the burst
+        await peer.play(np.zeros(1600, dtype=np.int16))  # 0.2 s at real-time pace
+        await peer.hangup()
+        elapsed = time.monotonic() - t0
+        await server.stop()
+        return speech, elapsed
+
+    with structlog.testing.capture_logs() as logs:
+        speech, elapsed = asyncio.run(main())
+    taken = speech.listens[0].pos / 8000
+    assert LEAD_S <= taken <= elapsed + LEAD_S + 0.1, (taken, elapsed)
+    assert taken > LEAD_S + 0.15  # the paced audio after the burst went in
+    assert elapsed < 5.0  # the hangup was not held behind 6 s of audio
+    assert [e["event"] for e in logs].count("call_audio_ahead") == 1
 
 
 def test_dtmf_becomes_an_event():

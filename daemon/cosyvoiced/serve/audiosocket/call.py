@@ -65,6 +65,12 @@ log = structlog.get_logger(__name__)
 
 TICK_S = 0.02
 """The call clock's period: one frame per call per tick, whatever its rate."""
+LEAD_S = 1.0
+"""How far a call's audio may run ahead of the wall clock (a burst after a network
+hiccup); what a peer sends beyond that is dropped as it is read (counted with the
+call's dropped frames), so one sending faster than real time costs the workers what an
+honest call costs (VAD, ASR), not the CPU of the calls beside it. Reading goes on at
+the peer's pace: its hangup is not queued behind its flood."""
 FALLBACK_SYNTH_RATE_HZ = 22050
 """Piper voices' own rate: what we synthesize at for a call rate the synthesizer does not
 offer (12, 32, 44.1, 96, 192 kHz), resampled here."""
@@ -94,6 +100,10 @@ class Call:
         self.bus = bus
         self.metrics = metrics
         self.started_s = time.monotonic()
+        self.heard_s = 0.0
+        """Seconds of the caller's audio taken so far (`LEAD_S`)."""
+        self.ahead_dropped = 0
+        """Samples dropped for running more than `LEAD_S` ahead of real time."""
         self.end_reason = ""
         self.ended = asyncio.Event()
         self.finished = asyncio.Event()
@@ -326,6 +336,14 @@ class Call:
                 self.end("protocol_error:audio_kind_changed")
                 return False
             pcm = np.frombuffer(frame.pcm, dtype=np.int16)
+            if self.heard_s - (time.monotonic() - self.started_s) > LEAD_S:
+                if not self.ahead_dropped:
+                    log.info("call_audio_ahead", call_id=self.id, lead_s=LEAD_S,
+                             note="the peer sends faster than real time: the excess "
+                                  "is dropped")
+                self.ahead_dropped += pcm.shape[0]
+                return True
+            self.heard_s += pcm.shape[0] / self.rate_hz
             samples = s16_to_f32(pcm, np.empty(pcm.shape, dtype=np.float32))
             if self._listen_rs is not None:
                 samples = self._listen_rs.process(samples)
@@ -391,7 +409,8 @@ class Call:
         self._playout.close()
         self._playout.unlink()
         self.metrics.underruns.labels("call").inc(underruns)
-        self.metrics.dropped_frames.labels("call").inc(self.listening.dropped)
+        dropped = self.listening.dropped + self.ahead_dropped
+        self.metrics.dropped_frames.labels("call").inc(dropped)
         duration_s = round(time.monotonic() - self.started_s, 3)
         level = ("info" if self.end_reason in ("hangup", "peer_closed", "hangup_requested")
                  else "warning")
@@ -399,6 +418,6 @@ class Call:
                             duration_s=duration_s, format=self.format,
                             frames_sent=self.frames_sent, comfort_frames=self.comfort_frames,
                             barge_ins=self.barge_ins, underruns=underruns,
-                            dropped_frames=self.listening.dropped)
+                            dropped_frames=dropped)
         self.bus.publish(CallEnded(self.end_reason, duration_s, stream=self.id))
         self.finished.set()
