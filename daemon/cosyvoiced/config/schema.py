@@ -131,8 +131,10 @@ class TtsConfig:
     fixed sentence, it is within 30 dB SNR
     of FP32 and at most 0.85x its time; else fp32 on ONNX Runtime (logged `tts_vocoder`,
     with the reason)."""
-    first_chunk_s: float = opt(0.25, min=0.05, max=10.0, live=True)
-    """Audio in a request's first vocoder chunk (small: first audio leaves early)."""
+    first_chunk_s: float = opt(0.5, min=0.05, max=10.0, live=True)
+    """Audio in a request's first vocoder chunk (small: first audio leaves early). It is
+    the time the worker has to make the second chunk while it plays: at 0.25 s, replies
+    into calls on a busy worker ran dry before their second chunk (soak, 2026-12-02)."""
     chunk_s: float = opt(1.0, min=0.1, max=30.0, live=True)
     """Audio per vocoder chunk after the first: one uninterruptible run on a worker
     (~50 ms at one thread here); longer chunks cost less context overhead."""
