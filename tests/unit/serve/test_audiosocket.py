@@ -89,7 +89,7 @@ def test_audio_far_ahead_of_real_time_is_dropped_as_it_is_read():
     """A peer sending 6 s of audio at once: what runs more than LEAD_S ahead of the call's
     clock is dropped (counted, logged once), its hangup is read at once, and audio sent
     at real-time pace after the burst is taken again."""
-    from cosyvoiced.serve.audiosocket.call import LEAD_S
+    from cosyvoiced.serve.audiosocket.lead import LEAD_S
 
     async def main():
         speech = FakeSpeech()

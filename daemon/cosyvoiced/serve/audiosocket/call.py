@@ -44,6 +44,7 @@ from cosyvoiced.listen.events import (
     VoiceStopped,
 )
 from cosyvoiced.runtime.metrics import Metrics
+from cosyvoiced.serve.audiosocket.clock import clock_socket
 from cosyvoiced.serve.audiosocket.frames import (
     AUDIO_RATES_HZ,
     HEADER,
@@ -58,6 +59,7 @@ from cosyvoiced.serve.audiosocket.frames import (
     frame_samples,
     kind_name,
 )
+from cosyvoiced.serve.audiosocket.lead import CallerLead
 from cosyvoiced.serve.speech import Listening, Speech, Synthesis
 from cosyvoiced.tts.request import SynthesisOptions
 
@@ -65,12 +67,6 @@ log = structlog.get_logger(__name__)
 
 TICK_S = 0.02
 """The call clock's period: one frame per call per tick, whatever its rate."""
-LEAD_S = 1.0
-"""How far a call's audio may run ahead of the wall clock (a burst after a network
-hiccup); what a peer sends beyond that is dropped as it is read (counted with the
-call's dropped frames), so one sending faster than real time costs the workers what an
-honest call costs (VAD, ASR), not the CPU of the calls beside it. Reading goes on at
-the peer's pace: its hangup is not queued behind its flood."""
 FALLBACK_SYNTH_RATE_HZ = 22050
 """Piper voices' own rate: what we synthesize at for a call rate the synthesizer does not
 offer (12, 32, 44.1, 96, 192 kHz), resampled here."""
@@ -100,10 +96,7 @@ class Call:
         self.bus = bus
         self.metrics = metrics
         self.started_s = time.monotonic()
-        self.heard_s = 0.0
-        """Seconds of the caller's audio taken so far (`LEAD_S`)."""
-        self.ahead_dropped = 0
-        """Samples dropped for running more than `LEAD_S` ahead of real time."""
+        self.lead = CallerLead(call_id, self.rate_hz)
         self.end_reason = ""
         self.ended = asyncio.Event()
         self.finished = asyncio.Event()
@@ -131,27 +124,10 @@ class Call:
         self._loop = asyncio.get_running_loop()
         self._send_lock = threading.Lock()
         # the same time's worth for every format: slin192 sends 24x the bytes of slin
-        self._sock: socket.socket | None = self._dup_socket(
+        self._sock: socket.socket | None = clock_socket(
             writer, config.max_send_buffer_bytes * max(1, self.rate_hz // 8000))
         self._broken = False
         """A frame went out in part: nothing more (not even a hangup) can follow it."""
-
-    @staticmethod
-    def _dup_socket(writer: asyncio.StreamWriter, sndbuf_bytes: int) -> socket.socket | None:
-        """The clock's own handle on the call's socket: a dup, so the event loop closing
-        its end never leaves the clock writing to a reused descriptor. The kernel's send
-        buffer is the slow-peer limit (Linux doubles the value asked for). None: the
-        connection is already gone (the reader sees that and ends the call)."""
-        transport_sock = writer.get_extra_info("socket")
-        if transport_sock is None or transport_sock.fileno() < 0:
-            return None
-        try:
-            sock = socket.socket(fileno=socket.dup(transport_sock.fileno()))
-        except OSError:
-            return None
-        sock.setblocking(False)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(1, sndbuf_bytes // 2))
-        return sock
 
     @property
     def speaking(self) -> bool:
@@ -237,7 +213,8 @@ class Call:
               StreamResampler(self._synth_rate, self.rate_hz, dtype=np.int16))
         started = False
         reason = "done"
-        began, chunks, underruns = time.monotonic(), 0, self._playout.stats().underruns
+        began, chunks, dry = time.monotonic(), 0, self._playout.stats().underruns
+        logged = False
         try:
             async for chunk in synthesis:
                 pcm = np.frombuffer(chunk.data, dtype=np.int16)
@@ -247,8 +224,8 @@ class Call:
                     started = True
                     self.bus.publish(PlaybackStarted(say_id, stream=self.id))
                 chunks += 1
-                if underruns >= 0 and self._playout.stats().underruns > underruns:
-                    underruns = -1  # once per say: when and before which chunk it ran dry
+                if not logged and self._playout.stats().underruns > dry:
+                    logged = True  # once per say: when and before which chunk it ran dry
                     log.info("call_underrun", call_id=self.id, say_id=say_id, chunk=chunks,
                              after_s=round(time.monotonic() - began, 3))
                 await self._write(pcm)
@@ -336,14 +313,8 @@ class Call:
                 self.end("protocol_error:audio_kind_changed")
                 return False
             pcm = np.frombuffer(frame.pcm, dtype=np.int16)
-            if self.heard_s - (time.monotonic() - self.started_s) > LEAD_S:
-                if not self.ahead_dropped:
-                    log.info("call_audio_ahead", call_id=self.id, lead_s=LEAD_S,
-                             note="the peer sends faster than real time: the excess "
-                                  "is dropped")
-                self.ahead_dropped += pcm.shape[0]
+            if not self.lead.take(pcm.shape[0]):
                 return True
-            self.heard_s += pcm.shape[0] / self.rate_hz
             samples = s16_to_f32(pcm, np.empty(pcm.shape, dtype=np.float32))
             if self._listen_rs is not None:
                 samples = self._listen_rs.process(samples)
@@ -409,7 +380,7 @@ class Call:
         self._playout.close()
         self._playout.unlink()
         self.metrics.underruns.labels("call").inc(underruns)
-        dropped = self.listening.dropped + self.ahead_dropped
+        dropped = self.listening.dropped + self.lead.dropped
         self.metrics.dropped_frames.labels("call").inc(dropped)
         duration_s = round(time.monotonic() - self.started_s, 3)
         level = ("info" if self.end_reason in ("hangup", "peer_closed", "hangup_requested")

@@ -8,6 +8,8 @@ loop only swaps the tuple of calls (no lock: a reference swap is atomic under th
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import threading
 import time
 from typing import Protocol
@@ -75,3 +77,20 @@ class CallClock:
                 except Exception:  # a broken call must not stop the others' clock
                     log.exception("call_tick_failed")
             self.ticks += 1
+
+
+def clock_socket(writer: asyncio.StreamWriter, sndbuf_bytes: int) -> socket.socket | None:
+    """The clock's own handle on a call's socket: a dup, so the event loop closing its end
+    never leaves the clock writing to a reused descriptor. The kernel's send buffer is the
+    slow-peer limit (Linux doubles the value asked for). None: the connection is already
+    gone (the reader sees that and ends the call)."""
+    transport_sock = writer.get_extra_info("socket")
+    if transport_sock is None or transport_sock.fileno() < 0:
+        return None
+    try:
+        sock = socket.socket(fileno=socket.dup(transport_sock.fileno()))
+    except OSError:
+        return None
+    sock.setblocking(False)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(1, sndbuf_bytes // 2))
+    return sock
