@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Soak: the real daemon under honest load and a hostile mix, window after window.
 
-    python -m tools.soak [--minutes 30] [--quick] [--json]
+    python -m tools.soak [--minutes 30] [--quick] [--json] [--keep DIR]
 
 It starts the daemon (2 workers on CPUs 0-1, AudioSocket, HTTP and Wyoming on free
 loopback ports, the limits of configs/callcenter.toml scaled to a 2-core box) and, for
@@ -22,13 +22,15 @@ Targets (ok/FAIL; exit status 1 on any FAIL): back to baseline within 5% after e
 load, no underrun on honest calls outside a kill's grace, every honest call answered,
 every hostile action answered (no hang past its deadline, no 5xx), the systemd watchdog
 (played by the soak: WATCHDOG_USEC=20 s) never starved, the same main pid throughout,
-every killed worker replaced.
+every killed worker replaced. --keep DIR keeps the daemon's log (DIR/daemon.log), where
+each reply that ran dry is a call_underrun line.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from tools.soak.run import render_json, run
 
@@ -41,9 +43,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="length of the run (default 30; 2 with --quick)")
     p.add_argument("--quick", action="store_true", help="30 s windows, fewer clients")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--keep", type=Path, metavar="DIR", help="keep the daemon's log in DIR")
     args = p.parse_args(argv)
     minutes = args.minutes if args.minutes is not None else (2.0 if args.quick else 30.0)
     report = run(minutes, args.quick,
-                 log=lambda line: print(line, file=sys.stderr, flush=True))
+                 log=lambda line: print(line, file=sys.stderr, flush=True), keep=args.keep)
     print(render_json(report) if args.json else report.render())
     return 0 if all(t.ok for t in report.targets) else 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import shutil
 import tempfile
 import time
 from collections import Counter
@@ -61,7 +62,8 @@ def corpus() -> list[np.ndarray]:
             if 1.0 < p.samples().shape[0] / 8000 < 4.0][:60]
 
 
-def run(minutes: float, quick: bool, log=print) -> Report:  # noqa: ANN001
+def run(minutes: float, quick: bool, log=print,  # noqa: ANN001
+        keep: Path | None = None) -> Report:
     p = plan(minutes, quick)
     rng = random.Random(11)
     voices = corpus()
@@ -101,6 +103,9 @@ def run(minutes: float, quick: bool, log=print) -> Report:  # noqa: ANN001
         finally:
             notify.stop()
             d.stop()
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                shutil.copy(d.log_path, keep / "daemon.log")
     _targets(report, p, start, windows, gap_s, pings, alive)
     return report
 
