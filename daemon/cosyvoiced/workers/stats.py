@@ -15,7 +15,7 @@ from typing import Any
 
 FIELDS = ("heartbeat_s", "busy", "rtf", "vad_us", "tts_streams", "listen_streams",
           "clauses", "windows", "queued", "prompt_hits", "prompt_misses", "prompt_bytes",
-          "asr_rtf", "speech_share")
+          "asr_rtf", "speech_share", "ahead")
 _I = {name: i for i, name in enumerate(FIELDS)}
 
 
@@ -67,6 +67,9 @@ class LoadMeter:
       its CPUs, and the share of wall time its loop spent working (`add_busy`: that one
       also counts the time other processes took the core while a step ran, so a worker
       that cannot keep up on a shared box shows it);
+    * `ahead`: the part of `busy` spent on TTS steps served ahead of every deadline (the
+      scheduler's work-conserving steps, `add_ahead`): work the worker would have put
+      off had anything been due, so it is room a new stream can take, not load;
     * `rtf`: TTS synthesis seconds per second of speech made;
     * `asr_rtf`: Whisper decode CPU seconds per second of speech decoded;
     * `speech_share`: seconds of speech decoded per second of listen stream, so that a
@@ -88,7 +91,10 @@ class LoadMeter:
         self.cpus = max(1, cpus)
         self.cpu_clock = cpu_clock
         self.busy = 0.0
+        self.ahead = 0.0
         self._busy_s = 0.0
+        self._ahead_s = 0.0
+        self._ahead_cpu_s = 0.0
         self._cpu0 = cpu_clock()
         self._start_s = time.monotonic() if start_s is None else start_s
         self._synth_s = 0.0
@@ -130,6 +136,12 @@ class LoadMeter:
         """The loop worked `seconds` of wall time (a VAD tick, a TTS step)."""
         self._busy_s += seconds
 
+    def add_ahead(self, seconds: float, cpu_s: float) -> None:
+        """Of the loop's work, a TTS step served ahead of every deadline took `seconds` of
+        wall time and `cpu_s` of its thread's CPU time."""
+        self._ahead_s += seconds
+        self._ahead_cpu_s += cpu_s
+
     def add_clause(self, synth_s: float, audio_s: float) -> None:
         if audio_s <= 0:
             return
@@ -156,9 +168,13 @@ class LoadMeter:
         if elapsed < self.window_s:
             return False
         cpu = self.cpu_clock()
-        frac = min(1.0, max((cpu - self._cpu0) / elapsed / self.cpus, self._busy_s / elapsed))
-        self._busy_s = 0.0
+        cpu_frac = (cpu - self._cpu0) / elapsed / self.cpus
+        frac = min(1.0, max(cpu_frac, self._busy_s / elapsed))
+        due = min(frac, max(cpu_frac - self._ahead_cpu_s / elapsed / self.cpus,
+                            (self._busy_s - self._ahead_s) / elapsed))
+        self._busy_s = self._ahead_s = self._ahead_cpu_s = 0.0
         self.busy = self.busy + self.alpha * (frac - self.busy)
+        self.ahead = self.ahead + self.alpha * (frac - max(0.0, due) - self.ahead)
         if listening:
             keep = 1.0 - self.SHARE_DECAY
             self._heard_s = self._heard_s * keep + self._heard_now_s

@@ -123,8 +123,10 @@ def test_spare_time_goes_beyond_the_lookahead_while_the_ring_has_room():
         sched.say(name, job)
     a.fill, b.fill = 1500, 100  # a: at its lookahead, room for one step
     assert sched.pick(0.0).id == "b"  # due first: deadlines before spare time
+    assert not sched.ahead_step
     b.fill = 1700  # nobody due: the one with least in its ring gets a spare step
     assert sched.pick(0.0).id == "a"
+    assert sched.ahead_step  # the load meter counts it as room, not load
     a.fill = 1900  # 0.1 s of room for a 0.5 s step: made now, it would wait in memory
     assert sched.pick(0.0).id == "b"
     b.fill = 1 << 20

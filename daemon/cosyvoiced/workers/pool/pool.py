@@ -182,7 +182,8 @@ class WorkerPool:
             out.append(WorkerLoad(
                 s.index, alive, st.get("busy") if st else 0.0, st.get("rtf") if st else 0.0,
                 st.get("vad_us") if st else 0.0, s.speaking, s.listening, len(s.streams),
-                st.get("asr_rtf") if st else 0.0, st.get("speech_share") if st else 0.0))
+                st.get("asr_rtf") if st else 0.0, st.get("speech_share") if st else 0.0,
+                st.get("ahead") if st else 0.0))
         return out
 
     def worker_figures(self) -> list[dict[str, float]]:
@@ -318,6 +319,7 @@ class WorkerPool:
             workers.append({
                 "index": slot.index, "pid": p.pid if p else None, "alive": load.alive,
                 "cpus": format_cpu_list(slot.cpus), "busy": round(load.busy, 3),
+                "ahead": round(load.ahead, 3),
                 "rtf": round(load.rtf, 4), "vad_window_us": round(load.vad_us, 1),
                 "asr_rtf": round(load.asr_rtf, 4), "speech_share": round(load.speech_share, 3),
                 "listen_cost": round(load.listen_cost(), 4),

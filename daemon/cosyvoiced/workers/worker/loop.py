@@ -171,10 +171,14 @@ class Worker:
             work = self.listen.pick(self.tts, now)
             if work == "asr":
                 did = self.listen.run_batch() > 0 or did
-            elif work == "tts" and self.tts.step(now):
-                did = True
-                self.clauses += 1
-                self._untrimmed = True  # a request's buffers: trimmed once its stream ends
+            elif work == "tts":
+                t1, c1 = perf(), time.thread_time()
+                if self.tts.step(now):
+                    did = True
+                    if self.tts.ahead_step:
+                        meter.add_ahead(perf() - t1, time.thread_time() - c1)
+                    self.clauses += 1
+                    self._untrimmed = True  # a request's buffers: trimmed once its stream ends
             if did:  # the loop's own wall time; a Whisper decode's is in the CPU figure
                 meter.add_busy(perf() - t0)
             if meter.roll(time.monotonic(), len(self.listen)):
@@ -202,6 +206,7 @@ class Worker:
         s.set("vad_us", self.vad_us)
         s.set("asr_rtf", self.meter.asr_rtf)
         s.set("speech_share", self.meter.speech_share)
+        s.set("ahead", self.meter.ahead)
         s.set("tts_streams", len(self.tts.streams))
         s.set("listen_streams", len(self.vad))
         s.set("clauses", self.clauses)

@@ -77,6 +77,9 @@ class TtsScheduler:
         self.streams: dict[str, TtsStream] = {}
         self._seq = itertools.count(1)
         self.costs = ClauseCosts()
+        self.ahead_step = False
+        """The last step picked was a work-conserving one: every stream had `lookahead_s`
+        ahead (the worker's load meter counts it apart, `LoadMeter.ahead`)."""
         self.prebuffer_s = prebuffer_s
         self.work_conserving = work_conserving
         self.set_policy(policy, lookahead_s, first_audio_s)
@@ -235,6 +238,7 @@ class TtsScheduler:
                 key = (0.0, stream.ready_seq)
             if best is None or key < best_key:
                 best, best_key = stream, key
+        self.ahead_step = best is None and spare is not None
         return best if best is not None else spare
 
     def _room_short(self, stream: TtsStream) -> float | None:
