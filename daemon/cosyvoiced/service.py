@@ -130,6 +130,7 @@ class Daemon:
         m.workers_up.set(sum(1 for w in workers if w["alive"]))
         for w in workers:
             m.worker_busy.labels(str(w["index"])).set(w["busy"])
+            m.worker_ahead.labels(str(w["index"])).set(w["ahead"])
             m.worker_tts_rtf.labels(str(w["index"])).set(w["rtf"])
         if status["restarts"] > self._restarts_counted:
             m.worker_restarts.inc(status["restarts"] - self._restarts_counted)

@@ -184,5 +184,6 @@ def test_warmed_prompts_are_said_from_the_cache_and_counted(daemon_factory, tmp_
     assert _metric(d, "cosyvoiced_tts_prompt_cache_misses_total") >= 1  # the second sentence
     assert _metric(d, "cosyvoiced_tts_prompt_cache_bytes") > 0
     assert 0 <= _metric(d, "cosyvoiced_worker_busy_ratio") <= 1
+    assert 0 <= _metric(d, "cosyvoiced_worker_ahead_ratio") <= 1
     d.signal(signal.SIGTERM)
     assert d.wait() == 0
