@@ -69,7 +69,7 @@ class LoadMeter:
       that cannot keep up on a shared box shows it);
     * `ahead`: the part of `busy` spent on TTS steps served ahead of every deadline (the
       scheduler's work-conserving steps, `add_ahead`): work the worker would have put
-      off had anything been due, so it is room a new stream can take, not load;
+      off had anything been due (shown apart; admission counts it as load);
     * `rtf`: TTS synthesis seconds per second of speech made;
     * `asr_rtf`: Whisper decode CPU seconds per second of speech decoded;
     * `speech_share`: seconds of speech decoded per second of listen stream, so that a

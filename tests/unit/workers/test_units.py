@@ -126,7 +126,7 @@ def test_spare_time_goes_beyond_the_lookahead_while_the_ring_has_room():
     assert not sched.ahead_step
     b.fill = 1700  # nobody due: the one with least in its ring gets a spare step
     assert sched.pick(0.0).id == "a"
-    assert sched.ahead_step  # the load meter counts it as room, not load
+    assert sched.ahead_step  # the load meter shows it apart
     a.fill = 1900  # 0.1 s of room for a 0.5 s step: made now, it would wait in memory
     assert sched.pick(0.0).id == "b"
     b.fill = 1 << 20

@@ -79,7 +79,7 @@ class TtsScheduler:
         self.costs = ClauseCosts()
         self.ahead_step = False
         """The last step picked was a work-conserving one: every stream had `lookahead_s`
-        ahead (the worker's load meter counts it apart, `LoadMeter.ahead`)."""
+        ahead (the worker's load meter shows it apart, `LoadMeter.ahead`)."""
         self.prebuffer_s = prebuffer_s
         self.work_conserving = work_conserving
         self.set_policy(policy, lookahead_s, first_audio_s)
