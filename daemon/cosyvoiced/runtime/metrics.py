@@ -57,7 +57,8 @@ class Metrics:
         self.worker_busy = Gauge("cosyvoiced_worker_busy_ratio", "Busy fraction of each "
                                  "inference worker", ["worker"], registry=r)
         self.worker_ahead = Gauge("cosyvoiced_worker_ahead_ratio", "Part of each worker's "
-                                  "busy fraction spent on TTS made ahead of every deadline", ["worker"], registry=r)
+                                  "busy fraction spent on TTS made ahead of every deadline",
+                                  ["worker"], registry=r)
         self.workers = Gauge("cosyvoiced_workers", "Inference worker slots configured",
                              registry=r)
         self.workers_up = Gauge("cosyvoiced_workers_up", "Inference workers alive",

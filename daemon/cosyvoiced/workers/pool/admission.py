@@ -11,9 +11,10 @@ a call is the sum of its listen stream and its replies. A worker's load is the l
 of what it measured and what the model says; the measured figure lags, the modelled one
 reacts at once. The measured figure counts the steps made ahead of every deadline too
 (`ahead`, shown apart): leaving them out admitted more TTS streams on the load ramp (26
-for 22) but, in the 30-minute soak, replies into calls ran dry 10x as often. New work goes to the least loaded live worker whose load with one more
-stream stays within `busy_max`; if none, the request is refused rather than letting
-every stream on the worker fall behind. A worker speaking for no one always takes one
+for 22) but, in the 30-minute soak, replies into calls ran dry 10x as often. New work
+goes to the least loaded live worker whose load with one more stream stays within
+`busy_max`; if none, the request is refused rather than letting every stream on the
+worker fall behind. A worker speaking for no one always takes one
 TTS stream (its RTF figure may be stale; speaking measures it again).
 """
 
