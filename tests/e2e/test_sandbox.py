@@ -22,7 +22,7 @@ from tests.fixtures.daemon import REPO
 def test_daemon_works_inside_the_units_sandbox(daemon_factory):
     wrapper = (sys.executable, str(REPO / "tools" / "sandbox.py"),
                str(REPO / "systemd" / "cosyvoiced.service"), "--")
-    d = daemon_factory(wrapper=wrapper,
+    d = daemon_factory(wrapper=wrapper, private_cache=True,  # the cold build, sandboxed too
                        overrides=('audiosocket.greeting="Hello, thanks for calling."',)).start()
     d.wait_ready()
     status = d.ctl("--json", "status")

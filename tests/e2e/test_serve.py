@@ -168,11 +168,12 @@ def test_warmed_prompts_are_said_from_the_cache_and_counted(daemon_factory, tmp_
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("Thank you for calling Acme Insurance.\nPlease hold.\n")
     d = daemon_factory(overrides=("workers.count=1", "tts.cache_persist=true",
-                                  f"tts.cache_prompts={json.dumps(str(prompts))}")).start()
+                                  f"tts.cache_prompts={json.dumps(str(prompts))}"),
+                       private_cache=True).start()
     d.wait_ready()
     assert any(e.get("event") == "tts_prompts_warmed" and e.get("prompts") == 2
                for e in d.log_events())
-    assert len(list((d.tmp / "cache" / "prompts").glob("*.f32"))) == 2
+    assert len(list((d.cache / "prompts").glob("*.f32"))) == 2
     hits = _metric(d, "cosyvoiced_tts_prompt_cache_hits_total")
     _, audio_s = _download(d, "Thank you for calling Acme Insurance. Your claim is open.")
     assert audio_s > 2.0
