@@ -127,8 +127,9 @@ def test_a_sentences_chunks_join_to_its_whole_decode(cache_dir):
     text = "Your claim number is 4417. An agent will call you back before noon tomorrow."
     quiet = SynthesisOptions(format="float32", noise_scale=0.0, noise_w_scale=0.0)
 
-    def audio(**kw):
-        engine = TtsEngine(TtsConfig(precision="fp32", **kw), cache_dir=cache_dir)
+    def audio(**kw):  # the chunking itself: FP32 both ways (bf16 is judged at load)
+        engine = TtsEngine(TtsConfig(precision="fp32", vocoder="fp32", warmup=False, **kw),
+                           cache_dir=cache_dir)
         chunks = list(engine.synthesize(text, quiet))
         return chunks, np.concatenate([c.audio for c in chunks])
 
