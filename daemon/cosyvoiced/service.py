@@ -131,6 +131,7 @@ class Daemon:
         for w in workers:
             m.worker_busy.labels(str(w["index"])).set(w["busy"])
             m.worker_ahead.labels(str(w["index"])).set(w["ahead"])
+            m.worker_owed.labels(str(w["index"])).set(w["owed"])
             m.worker_tts_rtf.labels(str(w["index"])).set(w["rtf"])
         if status["restarts"] > self._restarts_counted:
             m.worker_restarts.inc(status["restarts"] - self._restarts_counted)

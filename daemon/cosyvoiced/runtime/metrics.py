@@ -59,6 +59,10 @@ class Metrics:
         self.worker_ahead = Gauge("cosyvoiced_worker_ahead_ratio", "Part of each worker's "
                                   "busy fraction spent on TTS made ahead of every deadline",
                                   ["worker"], registry=r)
+        self.worker_owed = Gauge("cosyvoiced_worker_owed_ratio", "Share of each worker its "
+                                 "TTS streams need to say what they have left before "
+                                 "their listeners run dry (admission's TTS load)",
+                                 ["worker"], registry=r)
         self.workers = Gauge("cosyvoiced_workers", "Inference worker slots configured",
                              registry=r)
         self.workers_up = Gauge("cosyvoiced_workers_up", "Inference workers alive",

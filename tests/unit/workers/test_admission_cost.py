@@ -19,18 +19,20 @@ RTF = 0.067
 """The bundled voice's single-stream RTF at one thread on this box (bench `streams`)."""
 
 
-def calls(index: int, listening: int, speaking: int = 0, busy: float = 0.0) -> WorkerLoad:
+def calls(index: int, listening: int, speaking: int = 0) -> WorkerLoad:
     """A worker with `listening` call legs: VAD at 60 us a window, Whisper at 0.3 s of CPU
-    per second of speech, callers speaking 35% of the time."""
-    return WorkerLoad(index, True, busy, RTF, 60.0, speaking, listening,
-                      listening + speaking, asr_rtf=0.3, speech_share=0.35)
+    per second of speech, callers speaking 35% of the time; `speaking` replies just
+    begun (each owes `RTF`)."""
+    return WorkerLoad(index, True, 0.0, RTF, 60.0, speaking, listening,
+                      listening + speaking, asr_rtf=0.3, speech_share=0.35,
+                      owed=speaking * RTF)
 
 
 def test_a_listen_stream_costs_its_vad_windows_and_its_expected_whisper_decodes():
     w = calls(0, listening=10, speaking=2)
     vad = 60e-6 / VAD_WINDOW_S
     assert w.listen_cost() == pytest.approx(vad + 0.3 * 0.35)
-    assert w.modelled() == pytest.approx(2 * RTF + 10 * (vad + 0.105))
+    assert w.load() == pytest.approx(2 * RTF + 10 * (vad + 0.105))
     adm = Admission(busy_max=0.95, max_streams=100)
     assert adm.cost(w, "listen") == pytest.approx(vad + 0.105)
     assert adm.cost(w, "tts") == RTF
@@ -42,7 +44,7 @@ def test_whisper_work_of_listen_streams_leaves_no_room_for_more_speech():
     Counting the VAD alone, the first worker looked 0.08 busy."""
     adm = Admission(busy_max=0.95, max_streams=100)
     listening = calls(0, listening=8, speaking=1)
-    assert listening.modelled() + RTF > 0.95
+    assert listening.load() + RTF > 0.95
     assert adm.choose([listening, calls(1, listening=0, speaking=4)], "tts") == 1
     with pytest.raises(Overloaded):
         adm.can_speak(calls(0, listening=8, speaking=1))
@@ -85,10 +87,9 @@ def test_a_loop_that_never_rests_is_busy_whatever_cpu_time_it_got():
     assert meter.roll(2.0) and meter.busy == pytest.approx(0.6)
 
 
-def test_steps_made_ahead_of_every_deadline_are_shown_apart_and_still_load():
+def test_steps_made_ahead_of_every_deadline_are_shown_apart():
     """A worker that spent most of its time running downloads ahead (work-conserving)
-    reports that share as `ahead`; admission still counts it (leaving it out let calls'
-    replies run dry in the soak)."""
+    reports that share as `ahead`, a figure for operators."""
     cpu = [0.0]
     meter = LoadMeter(window_s=1.0, alpha=1.0, cpu_clock=lambda: cpu[0], start_s=0.0)
     cpu[0] = 0.9
@@ -97,13 +98,27 @@ def test_steps_made_ahead_of_every_deadline_are_shown_apart_and_still_load():
     assert meter.roll(1.0)
     assert meter.busy == pytest.approx(0.95)
     assert meter.ahead == pytest.approx(0.95 - max(0.9 - 0.58, 0.95 - 0.6))
-    runs_ahead = WorkerLoad(0, True, meter.busy, RTF, 60.0, 2, 0, 10, ahead=meter.ahead)
-    assert runs_ahead.load() == pytest.approx(0.95)
-    with pytest.raises(Overloaded):
-        Admission(busy_max=0.9, max_streams=100).choose([runs_ahead], "tts")
     cpu[0] = 1.9  # the next second: all of it due (nothing ran ahead), ahead decays to 0
     meter.add_busy(1.0)
     assert meter.roll(2.0) and meter.ahead == pytest.approx(0.0)
+
+
+def test_admission_goes_by_what_streams_owe_not_by_how_busy_the_worker_is():
+    """A saturated worker reads busy 1.0 whether its streams owe 0.3 of it (requests
+    queueing briefly for first audio) or 0.95 (listeners about to run dry): the load ramp
+    showed both. Admission takes the first and refuses the second; streams that began
+    to speak since the worker's last figure count at `rtf` each."""
+    adm = Admission(busy_max=0.9, max_streams=100)
+    saturated = WorkerLoad(0, True, 1.0, RTF, 60.0, 15, 0, 15, owed=0.3)
+    assert saturated.load() == pytest.approx(0.3)
+    assert adm.choose([saturated], "tts") == 0
+    owing = WorkerLoad(0, True, 1.0, RTF, 60.0, 15, 0, 15, owed=0.85)
+    with pytest.raises(Overloaded, match="0.85 of 0.90"):
+        adm.choose([owing], "tts")
+    just_started = WorkerLoad(0, True, 0.2, RTF, 60.0, 15, 0, 15, owed=0.3, new=8)
+    assert just_started.load() == pytest.approx(0.3 + 8 * RTF)
+    with pytest.raises(Overloaded):
+        adm.can_speak(just_started)
 
 
 def test_whisper_rtf_and_speech_share_are_moving_figures():

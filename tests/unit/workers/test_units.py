@@ -139,6 +139,25 @@ def test_spare_time_goes_beyond_the_lookahead_while_the_ring_has_room():
     assert off.pick(0.0) is None
 
 
+def test_what_streams_owe_is_their_synthesis_left_over_the_time_to_hear_it():
+    """`owed` (admission's load): a stream 1.5 s ahead with 1.5 s left to make owes half
+    its RTF, a new request all of it, a stream with everything made nothing."""
+    sched, _ = make_sched(work_conserving=False)
+    rtf = 0.08
+    for name in "abc":
+        sched.open(name, PlaybackRing(), RATE)
+    ahead = SayJob(1, "500 500 500", None, 0.0)
+    ahead.steps = steps_of(ahead.text)
+    sched.say("a", ahead)
+    sched.streams["a"].ring.fill = 1500
+    sched.say("b", SayJob(2, "x" * 30, None, 0.0))  # not started: its speech from its text
+    sched.streams["c"].ring.fill = 3000  # only playing out
+    assert sched.owed(0.0, rtf) == pytest.approx(rtf * 1.5 / 3.0 + rtf)
+    while sched.streams["a"].has_work():  # a made all of it: it owes nothing more
+        sched._run_step(sched.streams["a"])
+    assert sched.owed(0.0, rtf) == pytest.approx(rtf)
+
+
 def test_new_request_goes_before_streams_that_have_audio_ahead():
     sched, events = make_sched()
     busy, new = PlaybackRing(), PlaybackRing()
@@ -242,17 +261,19 @@ def test_vad_ticker_ticks_on_its_period():
 # --- admission ------------------------------------------------------------------------
 
 
-def load(index: int, speaking: int = 0, busy: float = 0.0, rtf: float = 0.1,
+def load(index: int, speaking: int = 0, owed: float | None = None, rtf: float = 0.1,
          alive: bool = True) -> WorkerLoad:
-    return WorkerLoad(index, alive, busy, rtf, 60.0, speaking, 0, speaking)
+    """A worker with `speaking` streams that owe `owed` (default: each just begun, `rtf`)."""
+    owed = speaking * rtf if owed is None else owed
+    return WorkerLoad(index, alive, 0.0, rtf, 60.0, speaking, 0, speaking, owed=owed)
 
 
 def test_admission_spreads_streams_then_picks_the_least_loaded():
     adm = Admission(busy_max=0.85, max_streams=10)
     assert adm.choose([load(0, speaking=3), load(1, speaking=1)], "tts") == 1
-    assert adm.choose([load(0, busy=0.1), load(1, busy=0.5)], "tts") == 0
+    assert adm.choose([load(0, owed=0.1), load(1, owed=0.5)], "tts") == 0
     # equal stream counts first: idle open streams may speak any moment
-    busy_few = WorkerLoad(0, True, 0.5, 0.1, 60.0, 0, 0, 1)
+    busy_few = WorkerLoad(0, True, 0.5, 0.1, 60.0, 0, 0, 1, owed=0.5)
     idle_many = WorkerLoad(1, True, 0.0, 0.1, 60.0, 0, 0, 3)
     assert adm.choose([busy_few, idle_many], "tts") == 0
     assert adm.choose([load(0, alive=False), load(1, speaking=5)], "tts") == 1
@@ -263,7 +284,7 @@ def test_admission_takes_a_worker_with_room_when_the_emptiest_one_is_full():
     slow one (high RTF) refused streams another worker could still carry."""
     adm = Admission(busy_max=0.4, max_streams=10)
     slow_empty = WorkerLoad(0, True, 0.0, 0.57, 60.0, 0, 0, 0)
-    fast_busy = WorkerLoad(1, True, 0.14, 0.14, 60.0, 1, 0, 1)
+    fast_busy = WorkerLoad(1, True, 0.14, 0.14, 60.0, 1, 0, 1, owed=0.14)
     assert adm.choose([slow_empty, fast_busy], "tts") == 1
     assert adm.refused == 0
 
@@ -278,7 +299,7 @@ def test_admission_idle_worker_with_a_stale_high_rtf_still_takes_one_tts_stream(
     with pytest.raises(Overloaded):  # one stream already speaking: the figure is fresh
         adm.choose([load(0, speaking=1, rtf=1.6), load(1, speaking=1, rtf=1.1)], "tts")
     with pytest.raises(Overloaded):  # busy with listening: no room at all
-        adm.choose([load(0, busy=0.9, rtf=1.6)], "tts")
+        adm.choose([load(0, owed=0.9, rtf=1.6)], "tts")
     assert adm.refused == 2
 
 
@@ -289,7 +310,7 @@ def test_admission_refuses_beyond_real_time_capacity_with_a_typed_error():
         adm.choose(full, "tts")
     assert err.value.code == "overloaded" and adm.refused == 1
     with pytest.raises(Overloaded):
-        adm.can_speak(load(0, busy=0.9))
+        adm.can_speak(load(0, owed=0.9))
     adm.can_speak(load(0, speaking=2))
     with pytest.raises(Overloaded, match="max_streams"):
         Admission(0.85, max_streams=2).check_cap(2)
@@ -343,20 +364,20 @@ def test_admission_spare_is_the_room_under_busy_max_and_the_stream_cap():
     assert adm.spare([load(0), load(1)], 0) == pytest.approx(1.0)
     # worker 0 at 0.4 of 0.8, worker 1 idle: 0.4 + 0.8 of 1.6 left
     assert adm.spare([load(0, speaking=4, rtf=0.1), load(1)], 4) == pytest.approx(0.6, abs=1e-9)
-    assert adm.spare([load(0, busy=0.95), load(1, alive=False)], 0) == 0.0
+    assert adm.spare([load(0, owed=0.95), load(1, alive=False)], 0) == 0.0
     assert adm.spare([load(0), load(1, alive=False)], 0) == pytest.approx(0.5)  # one lost
     assert adm.spare([load(0)], 8) == pytest.approx(0.2)  # the cap binds first
     assert adm.spare([load(0)], 12) == 0.0
     assert adm.spare([], 0) == 0.0
     # room that one more speaking stream does not fit in is no room: 0.75 + 0.1 > 0.8
-    assert adm.spare([load(0, speaking=1, busy=0.75)], 1) == 0.0
+    assert adm.spare([load(0, speaking=1, owed=0.75)], 1) == 0.0
     with pytest.raises(Overloaded):
-        adm.can_speak(load(0, speaking=1, busy=0.75))
+        adm.can_speak(load(0, speaking=1, owed=0.75))
     # an idle voice always takes one stream (a stale RTF), so its room counts
-    assert adm.spare([load(0, busy=0.2, rtf=1.6)], 0) == pytest.approx(0.75)
+    assert adm.spare([load(0, owed=0.2, rtf=1.6)], 0) == pytest.approx(0.75)
     # where spare is 0, choose refuses
     with pytest.raises(Overloaded):
-        adm.choose([load(0, busy=0.95), load(1, alive=False)], "listen")
+        adm.choose([load(0, owed=0.95), load(1, alive=False)], "listen")
 
 
 def test_lowered_threads_run_below_the_caller_and_others_keep_its_priority():

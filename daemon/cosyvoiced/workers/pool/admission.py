@@ -1,21 +1,26 @@
 """Load-based admission: who takes a new stream or request, or a typed `Overloaded`.
 
 Every figure is in one currency, core-seconds per second (a fraction of the worker's
-CPUs). Each worker measures its CPU busy fraction (every thread: TTS, VAD, Whisper), its
-TTS real-time factor (RTF: synthesis seconds per second of speech), its VAD cost per
-window, its Whisper RTF (decode CPU seconds per second of speech) and how much of a
-listen stream's time is speech to decode. The pool knows how many of each worker's TTS
-streams are speaking and how many listen streams it holds. So a speaking stream costs
-`rtf`, a listen stream `VAD windows per second x cost + speech share x Whisper RTF`, and
-a call is the sum of its listen stream and its replies. A worker's load is the larger
-of what it measured and what the model says; the measured figure lags, the modelled one
-reacts at once. The measured figure counts the steps made ahead of every deadline too
-(`ahead`, shown apart): leaving them out admitted more TTS streams on the load ramp (26
-for 22) but, in the 30-minute soak, replies into calls ran dry 10x as often. New work
-goes to the least loaded live worker whose load with one more stream stays within
-`busy_max`; if none, the request is refused rather than letting every stream on the
-worker fall behind. A worker speaking for no one always takes one
-TTS stream (its RTF figure may be stale; speaking measures it again).
+CPUs). A worker's load is what its streams need of it from now on: what its TTS streams
+owe (`TtsScheduler.owed`: for each, the synthesis of what it has left to say over the
+time until its listener has heard it; a stream with all its audio made owes nothing),
+`rtf` for each stream that began to speak since that figure was published, and for each
+listen stream `VAD windows per second x cost + speech share x Whisper RTF`. A call is the
+sum of its listen stream and its replies. Each worker measures its TTS real-time factor
+(RTF: synthesis seconds per second of speech, wall time, so a core shared with other
+work shows), its VAD cost per window, its Whisper RTF (decode CPU seconds per second of
+speech) and how much of a listen stream's time is speech to decode.
+
+The measured CPU busy fraction (`busy`, with the steps made ahead of every deadline
+shown apart as `ahead`) is reported, not admitted by: with streams queueing for first
+audio a saturated worker reads 1.0 whether it has 15 streams or 22, and it cannot tell
+the two apart; what is owed can (load ramp, 2026-12-03: owed 0.3 at 30 TTS streams on
+2 workers, 1.0 at 44, where replies began to run dry past 46).
+
+New work goes to the least loaded live worker whose load with one more stream stays
+within `busy_max`; if none, the request is refused rather than letting every stream on
+the worker fall behind. A worker speaking for no one always takes one TTS stream (its
+RTF figure may be stale; speaking measures it again).
 """
 
 from __future__ import annotations
@@ -48,17 +53,18 @@ class WorkerLoad:
     """Measured seconds of speech decoded per second of a listen stream."""
     ahead: float = 0.0
     """The part of `busy` spent on work-conserving steps ahead of every deadline (a
-    figure for operators; admission counts it as load)."""
+    figure for operators)."""
+    owed: float = 0.0
+    """What its TTS streams owe (`TtsScheduler.owed`), as last published."""
+    new: int = 0
+    """Streams that began to speak since `owed` was published (not in it yet)."""
 
     def listen_cost(self) -> float:
         """What one listen stream costs: its VAD windows and its expected Whisper decodes."""
         return self.vad_us * 1e-6 / VAD_WINDOW_S + self.asr_rtf * self.speech_share
 
-    def modelled(self) -> float:
-        return self.speaking * self.rtf + self.listening * self.listen_cost()
-
     def load(self) -> float:
-        return max(self.busy, self.modelled())
+        return self.owed + self.new * self.rtf + self.listening * self.listen_cost()
 
     def tts_capacity(self, busy_max: float) -> int:
         """Concurrent speaking streams this worker can carry in real time."""

@@ -46,6 +46,8 @@ WORKERS_PROBE = "workers"
 """The health probe of the pool (see the module doc)."""
 SPARE_DELAY_S = 2.0
 """The warm spare starts this long after the pool is ready."""
+STARTED_KEEP_S = 5.0
+"""How long a stream's start is remembered: well past the worker's next `owed` figure."""
 PLAYBACK_EXTRA_S = 4.0
 """Playback ring room beyond the lookahead (a clause can be a few seconds long)."""
 
@@ -179,11 +181,13 @@ class WorkerPool:
             p = s.proc
             alive = p is not None and p.ready
             st = p.stats if p is not None else None
+            owed_at = st.get("owed_at_s") if st else 0.0
             out.append(WorkerLoad(
                 s.index, alive, st.get("busy") if st else 0.0, st.get("rtf") if st else 0.0,
                 st.get("vad_us") if st else 0.0, s.speaking, s.listening, len(s.streams),
                 st.get("asr_rtf") if st else 0.0, st.get("speech_share") if st else 0.0,
-                st.get("ahead") if st else 0.0))
+                st.get("ahead") if st else 0.0, st.get("owed") if st else 0.0,
+                sum(1 for t in tuple(s.started) if t >= owed_at)))
         return out
 
     def worker_figures(self) -> list[dict[str, float]]:
@@ -261,6 +265,10 @@ class WorkerPool:
             raise WorkerLost(f"worker {slot.index} is restarting")
         if was_idle:
             slot.speaking += 1
+            now = time.monotonic()
+            while slot.started and slot.started[0] < now - STARTED_KEEP_S:
+                slot.started.popleft()
+            slot.started.append(now)
 
     def speaking_changed(self, handle: TtsHandle) -> None:
         """The handle's last request settled (loop thread)."""
@@ -319,7 +327,7 @@ class WorkerPool:
             workers.append({
                 "index": slot.index, "pid": p.pid if p else None, "alive": load.alive,
                 "cpus": format_cpu_list(slot.cpus), "busy": round(load.busy, 3),
-                "ahead": round(load.ahead, 3),
+                "ahead": round(load.ahead, 3), "owed": round(load.owed, 3),
                 "rtf": round(load.rtf, 4), "vad_window_us": round(load.vad_us, 1),
                 "asr_rtf": round(load.asr_rtf, 4), "speech_share": round(load.speech_share, 3),
                 "listen_cost": round(load.listen_cost(), 4),

@@ -121,6 +121,9 @@ class Slot:
         self.streams: dict[str, StreamHandle] = {}
         self.speaking = 0
         self.listening = 0
+        self.started: deque[float] = deque()
+        """When streams began to speak (monotonic), the last few seconds: those since its
+        worker last published what it owes are not in that figure yet."""
 
     def heartbeat_s(self) -> float:
         """Health probe: the live worker's last loop turn, else when it went missing."""

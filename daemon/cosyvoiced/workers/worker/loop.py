@@ -41,6 +41,8 @@ TRIM_EVERY_S = 30.0
 what its per-thread arenas freed, so a worker otherwise stays at the memory of its busiest
 moment (figures: docs/performance.md). It also trims once each time its last TTS stream
 is done (not between the steps of one: their buffers are needed again at once)."""
+OWED_EVERY_S = 0.25
+"""How often the worker publishes what its TTS streams owe (admission's load)."""
 WARMUP_TEXT = "Hello, this is a warm up sentence for the speech worker."
 
 
@@ -74,6 +76,7 @@ class Worker:
         self._stop = False
         self.clauses = 0
         self._trimmed_at = time.monotonic()
+        self._owed_at = 0.0
         self._untrimmed = False
         """TTS steps were run since the last trim (VAD ticks and decodes do not count:
         listening alone would trim on every tick)."""
@@ -185,6 +188,8 @@ class Worker:
                 self._publish_stats()
                 if now - self._trimmed_at >= TRIM_EVERY_S:
                     self._trim(now)
+            elif now - self._owed_at >= OWED_EVERY_S:
+                self._publish_owed(now)
             if did:
                 continue
             if self._untrimmed and not self.tts.streams:
@@ -199,6 +204,13 @@ class Worker:
         self._untrimmed = False
         malloc_trim()
 
+    def _publish_owed(self, now: float) -> None:
+        """The TTS streams' owed share of the worker (`TtsScheduler.owed`), admission's
+        load: more often than the other figures, as it moves with every request."""
+        self._owed_at = now
+        self.stats.set("owed", self.tts.owed(now, self.meter.rtf))
+        self.stats.set("owed_at_s", now)
+
     def _publish_stats(self) -> None:
         s = self.stats
         s.set("busy", self.meter.busy)
@@ -207,6 +219,7 @@ class Worker:
         s.set("asr_rtf", self.meter.asr_rtf)
         s.set("speech_share", self.meter.speech_share)
         s.set("ahead", self.meter.ahead)
+        self._publish_owed(time.monotonic())
         s.set("tts_streams", len(self.tts.streams))
         s.set("listen_streams", len(self.vad))
         s.set("clauses", self.clauses)
