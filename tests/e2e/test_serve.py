@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import io
 import json
 import signal
@@ -137,8 +138,23 @@ def test_an_idle_daemon_hands_a_download_out_as_fast_as_it_makes_it(daemon_facto
     d = daemon_factory(overrides=(f"workers.work_conserving={str(work_conserving).lower()}",
                                   "workers.count=1")).start()
     d.wait_ready()
-    took_s, audio_s = _download(d, REPLY)
+    owed: list[float] = []
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        download = pool.submit(_download, d, REPLY)
+        while not download.done():
+            owed.append(_metric(d, "cosyvoiced_worker_owed_ratio"))
+            time.sleep(0.5)
+        took_s, audio_s = download.result()
     assert audio_s > 25.0
+    # what the stream owes (admission's load) while it has speech left to make, nothing
+    # once it is all made: paced, ~0.1 x 28 / (28 + 3) at first; drained at once, little
+    assert max(owed) <= 1.0, owed
+    if not work_conserving:
+        assert max(owed) > 0.02, owed
+    deadline = time.monotonic() + 5  # published every 0.25 s, read at each scrape
+    while _metric(d, "cosyvoiced_worker_owed_ratio") > 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _metric(d, "cosyvoiced_worker_owed_ratio") == 0
     if work_conserving:  # the engine's RTF is ~0.1 at one thread here: ~3 s of work
         assert took_s < 0.5 * audio_s, (took_s, audio_s)
     else:  # paced: in real time but for the lookahead (3 s), the step that may go beyond

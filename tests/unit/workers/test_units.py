@@ -141,7 +141,8 @@ def test_spare_time_goes_beyond_the_lookahead_while_the_ring_has_room():
 
 def test_what_streams_owe_is_their_synthesis_left_over_the_time_to_hear_it():
     """`owed` (admission's load): a stream 1.5 s ahead with 1.5 s left to make owes half
-    its RTF, a new request all of it, a stream with everything made nothing."""
+    its RTF, a new request with no first-audio budget all of it, a stream with everything
+    made nothing."""
     sched, _ = make_sched(work_conserving=False)
     rtf = 0.08
     for name in "abc":
@@ -156,6 +157,12 @@ def test_what_streams_owe_is_their_synthesis_left_over_the_time_to_hear_it():
     while sched.streams["a"].has_work():  # a made all of it: it owes nothing more
         sched._run_step(sched.streams["a"])
     assert sched.owed(0.0, rtf) == pytest.approx(rtf)
+    # a request may wait its first-audio budget before it plays: a burst of them is
+    # started one after another, each owing its speech over that wait and its playback
+    sched.first_audio_s = 2.0
+    speech_s = 0.065 * 30
+    assert sched.owed(0.0, rtf) == pytest.approx(rtf * speech_s / (speech_s + 2.0))
+    assert sched.owed(1.5, rtf) == pytest.approx(rtf * speech_s / (speech_s + 0.5))
 
 
 def test_new_request_goes_before_streams_that_have_audio_ahead():

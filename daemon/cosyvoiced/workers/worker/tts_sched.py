@@ -152,8 +152,10 @@ class TtsScheduler:
         stream, the synthesis of what it still has to say over the time until its
         listener has heard it (the audio ahead of the listener plus that speech), summed.
         Above 1 some listener will run dry whatever the order; a stream with everything
-        made (only playing out) owes nothing, one not started owes `rtf`. Admission's
-        load (`WorkerLoad.owed`)."""
+        made (only playing out) owes nothing. A request whose first audio is not out has
+        until its first-audio budget to start playing (as `slack_s` has it): a burst of
+        new requests is started one after another, not refused. Admission's load
+        (`WorkerLoad.owed`)."""
         total = 0.0
         for stream in self.streams.values():
             if not stream.has_work():
@@ -163,7 +165,9 @@ class TtsScheduler:
                 c, t = self._left(job, stream, rtf)
                 cost_s, speech_s = cost_s + c, speech_s + t
             if speech_s > 0.0:
-                total += cost_s / (speech_s + max(0.0, stream.ahead_s(now_s)))
+                until_s = self._deadline_s(stream, now_s, stream.ahead_s(now_s),
+                                           self.first_audio_s)
+                total += cost_s / (speech_s + max(0.0, until_s))
         return total
 
     def _left(self, job: SayJob, stream: TtsStream, rtf: float) -> tuple[float, float]:
@@ -192,15 +196,19 @@ class TtsScheduler:
         the request arrived (its held audio plays from then)."""
         if budget_s is None:
             budget_s = self.first_audio_s
-        need = self.expected_s(stream)
+        return self._deadline_s(stream, now_s, ahead_s, budget_s) - self.expected_s(stream)
+
+    def _deadline_s(self, stream: TtsStream, now_s: float, ahead_s: float,
+                    budget_s: float) -> float:
+        """Seconds until the stream's listener needs audio it does not have yet."""
         if stream.hold_until_s is not None:
             held = stream.pending_samples / stream.rate_hz
-            return stream.hold_until_s + held - now_s - need
+            return stream.hold_until_s + held - now_s
         if ahead_s <= 0.0:
             job = stream.job or stream.jobs[0]
             if not job.first_sent:
-                return job.received_s + budget_s - now_s - need
-        return ahead_s - need
+                return job.received_s + budget_s - now_s
+        return ahead_s
 
     def expected_s(self, stream: TtsStream) -> float:
         """How long the stream's next step will take to synthesize (a guess)."""
