@@ -12,10 +12,10 @@ work shows), its VAD cost per window, its Whisper RTF (decode CPU seconds per se
 speech) and how much of a listen stream's time is speech to decode.
 
 The measured CPU busy fraction (`busy`, with the steps made ahead of every deadline
-shown apart as `ahead`) is reported, not admitted by: with streams queueing for first
-audio a saturated worker reads 1.0 whether it has 15 streams or 22, and it cannot tell
-the two apart; what is owed can (load ramp, 2026-12-03: owed 0.3 at 30 TTS streams on
-2 workers, 1.0 at 44, where replies began to run dry past 46).
+shown apart as `ahead`) is reported, not admitted by: once requests queue for their
+first audio a worker reads 1.0 whether the box carries 32 TTS streams or 46, and cannot
+tell them apart; what is owed can (figures: docs/performance.md, "Figures behind the
+code").
 
 New work goes to the least loaded live worker whose load with one more stream stays
 within `busy_max`; if none, the request is refused rather than letting every stream on
