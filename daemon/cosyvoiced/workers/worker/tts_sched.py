@@ -42,6 +42,7 @@ import structlog
 
 from cosyvoiced.workers.messages import FirstAudio, SayDone, StreamError
 from cosyvoiced.workers.worker.clause_cost import HOLD_MARGIN_S, ClauseCosts, fits
+from cosyvoiced.workers.worker.owed import owed
 from cosyvoiced.workers.worker.tts_stream import Chunk, ProducerRing, SayJob, TtsStream
 
 log = structlog.get_logger(__name__)
@@ -51,8 +52,6 @@ SUSTAINABLE_LOAD = 1.5
 """Above this modelled load (speaking streams x RTF) first audio is never held."""
 PENDING_RETRY_S = 0.01
 """How soon to retry writing audio that did not fit in a full ring."""
-SPEECH_S_PER_CHAR = 0.065
-"""Speech per character of a request not started yet, until the worker has measured it."""
 AHEAD_STEP_S = 2.0
 """Room a stream's ring must have for a step served beyond its lookahead when the step's
 audio is not known yet (a request not started: its first steps are small)."""
@@ -148,44 +147,8 @@ class TtsScheduler:
         return sum(1 for s in self.streams.values() if s.has_work())
 
     def owed(self, now_s: float, rtf: float) -> float:
-        """The share of the worker's time its TTS streams need from now on: for each
-        stream, the synthesis of what it still has to say over the time until its
-        listener has heard it (the audio ahead of the listener plus that speech), summed.
-        Above 1 some listener will run dry whatever the order; a stream with everything
-        made (only playing out) owes nothing. A request whose first audio is not out has
-        until its first-audio budget to start playing (as `slack_s` has it): a burst of
-        new requests is started one after another, not refused. Admission's load
-        (`WorkerLoad.owed`)."""
-        total = 0.0
-        for stream in self.streams.values():
-            if not stream.has_work():
-                continue
-            cost_s = speech_s = 0.0
-            for job in ([stream.job] if stream.job is not None else []) + list(stream.jobs):
-                c, t = self._left(job, stream, rtf)
-                cost_s, speech_s = cost_s + c, speech_s + t
-            if speech_s > 0.0:
-                until_s = self._deadline_s(stream, now_s, stream.ahead_s(now_s),
-                                           self.first_audio_s)
-                total += cost_s / (speech_s + max(0.0, until_s))
-        return total
-
-    def _left(self, job: SayJob, stream: TtsStream, rtf: float) -> tuple[float, float]:
-        """(synthesis seconds, seconds of speech) `job` has left to make: from the steps
-        the engine says are next, else from its text."""
-        costs = self.costs
-        if job.steps is None:
-            per_char = costs.speech_s_per_char or SPEECH_S_PER_CHAR
-            left = max(0.0, per_char * len(job.text) - job.audio_samples / stream.rate_hz)
-            return rtf * left, left
-        cost_s = speech_s = 0.0
-        for step in job.steps():
-            speech_s += step.speech_s + step.pause_s
-            if costs.s_per_speech_s > 0:
-                cost_s += costs.cost_s(step)
-            elif not getattr(step, "cached", False):
-                cost_s += rtf * step.speech_s
-        return cost_s, speech_s
+        """What the streams owe: admission's load (`owed.owed`)."""
+        return owed(self.streams.values(), self.costs, now_s, rtf, self.first_audio_s)
 
     def slack_s(self, stream: TtsStream, now_s: float, ahead_s: float,
                 budget_s: float | None = None) -> float:
@@ -196,19 +159,7 @@ class TtsScheduler:
         the request arrived (its held audio plays from then)."""
         if budget_s is None:
             budget_s = self.first_audio_s
-        return self._deadline_s(stream, now_s, ahead_s, budget_s) - self.expected_s(stream)
-
-    def _deadline_s(self, stream: TtsStream, now_s: float, ahead_s: float,
-                    budget_s: float) -> float:
-        """Seconds until the stream's listener needs audio it does not have yet."""
-        if stream.hold_until_s is not None:
-            held = stream.pending_samples / stream.rate_hz
-            return stream.hold_until_s + held - now_s
-        if ahead_s <= 0.0:
-            job = stream.job or stream.jobs[0]
-            if not job.first_sent:
-                return job.received_s + budget_s - now_s
-        return ahead_s
+        return stream.deadline_s(now_s, ahead_s, budget_s) - self.expected_s(stream)
 
     def expected_s(self, stream: TtsStream) -> float:
         """How long the stream's next step will take to synthesize (a guess)."""

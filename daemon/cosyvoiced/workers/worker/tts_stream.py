@@ -74,3 +74,15 @@ class TtsStream:
     def ahead_s(self, now_s: float) -> float:
         held = (self.ring.available() + self.pending_samples) / self.rate_hz
         return max(held, self.play_end_s - now_s)
+
+    def deadline_s(self, now_s: float, ahead_s: float, budget_s: float) -> float:
+        """Seconds until its listener needs audio it does not have yet (`ahead_s`: its
+        `ahead_s(now_s)`). Before a request's first audio is out, playback starts at the
+        latest `budget_s` after the request came (held audio plays from then)."""
+        if self.hold_until_s is not None:
+            return self.hold_until_s + self.pending_samples / self.rate_hz - now_s
+        if ahead_s <= 0.0:
+            job = self.job or self.jobs[0]
+            if not job.first_sent:
+                return job.received_s + budget_s - now_s
+        return ahead_s
