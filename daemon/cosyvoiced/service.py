@@ -57,6 +57,7 @@ class Daemon:
         self.metrics = Metrics()
         self.metrics.on_scrape(self._refresh_metrics)
         self._restarts_counted = 0
+        self._late_counted = 0
         self.bus = EventBus()
         self.speech: Speech | None = None
         self.audiosocket: AudioSocketServer | None = None
@@ -136,6 +137,9 @@ class Daemon:
         if status["restarts"] > self._restarts_counted:
             m.worker_restarts.inc(status["restarts"] - self._restarts_counted)
             self._restarts_counted = status["restarts"]
+        if status["late_steps"] > self._late_counted:
+            m.tts_late_steps.inc(status["late_steps"] - self._late_counted)
+            self._late_counted = status["late_steps"]
 
     # --- lifecycle -----------------------------------------------------------------
 

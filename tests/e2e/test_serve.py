@@ -155,6 +155,7 @@ def test_an_idle_daemon_hands_a_download_out_as_fast_as_it_makes_it(daemon_facto
     while _metric(d, "cosyvoiced_worker_owed_ratio") > 0 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _metric(d, "cosyvoiced_worker_owed_ratio") == 0
+    assert _metric(d, "cosyvoiced_tts_late_steps_total") == 0  # no listener ran dry
     if work_conserving:  # the engine's RTF is ~0.1 at one thread here: ~3 s of work
         assert took_s < 0.5 * audio_s, (took_s, audio_s)
     else:  # paced: in real time but for the lookahead (3 s), the step that may go beyond

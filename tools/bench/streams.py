@@ -83,7 +83,8 @@ def _pool(loop: asyncio.AbstractEventLoop, **workers):
     from cosyvoiced.workers.pool.pool import WorkerPool
     from cosyvoiced.workers.setup import WorkerSetup
 
-    wc = WorkersConfig(count=2, cpus="0-1", onnx_threads=1, admit_busy_max=4.0, spare=False,
+    wc = WorkersConfig(count=2, cpus="0-1", onnx_threads=1, admit_busy_max=4.0,
+                       admit_late_hold_s=0.0, spare=False,
                        max_streams=100000,
                        **workers)
     # one text for every stream: the engine is measured, not the prompt cache

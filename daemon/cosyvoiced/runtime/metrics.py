@@ -63,6 +63,9 @@ class Metrics:
                                  "TTS streams need to say what they have left before "
                                  "their listeners run dry (admission's TTS load)",
                                  ["worker"], registry=r)
+        self.tts_late_steps = Counter("cosyvoiced_tts_late_steps", "TTS steps made after "
+                                      "their listener had run out of audio (a gap heard "
+                                      "at real-time playback)", registry=r)
         self.workers = Gauge("cosyvoiced_workers", "Inference worker slots configured",
                              registry=r)
         self.workers_up = Gauge("cosyvoiced_workers_up", "Inference workers alive",

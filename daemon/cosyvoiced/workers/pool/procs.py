@@ -124,6 +124,18 @@ class Slot:
         self.started: deque[float] = deque()
         """When streams began to speak (monotonic), the last few seconds: those since its
         worker last published what it owes are not in that figure yet."""
+        self._late_read: tuple[int | None, int] = (None, 0)
+
+    def late_since_read(self) -> int:
+        """Late TTS steps its worker counted since the last call (a new process counts
+        from 0)."""
+        proc = self.proc
+        if proc is None or not proc.ready:
+            return 0
+        late = int(proc.stats.get("late"))
+        pid, seen = self._late_read
+        self._late_read = (proc.pid, late)
+        return late - seen if pid == proc.pid else late
 
     def heartbeat_s(self) -> float:
         """Health probe: the live worker's last loop turn, else when it went missing."""

@@ -43,7 +43,7 @@ import structlog
 from cosyvoiced.workers.messages import FirstAudio, SayDone, StreamError
 from cosyvoiced.workers.worker.clause_cost import HOLD_MARGIN_S, ClauseCosts, fits
 from cosyvoiced.workers.worker.owed import owed
-from cosyvoiced.workers.worker.tts_stream import Chunk, ProducerRing, SayJob, TtsStream
+from cosyvoiced.workers.worker.tts_stream import LATE_MIN_S, Chunk, ProducerRing, SayJob, TtsStream
 
 log = structlog.get_logger(__name__)
 
@@ -81,6 +81,9 @@ class TtsScheduler:
         self.ahead_step = False
         """The last step picked was a work-conserving one: every stream had `lookahead_s`
         ahead (the worker's load meter shows it apart, `LoadMeter.ahead`)."""
+        self.late, self.late_at_s = 0, 0.0
+        """Steps made after their listener ran dry (`TtsStream.late_s`), and the last one's
+        time: admission refuses new streams on the worker for a while after one."""
         self.prebuffer_s = prebuffer_s
         self.work_conserving = work_conserving
         self.set_policy(policy, lookahead_s, first_audio_s)
@@ -225,7 +228,7 @@ class TtsScheduler:
             if edf:
                 ahead = stream.ahead_s(now_s)
                 if ahead >= self.lookahead_s:
-                    if best is None and self._has_room(stream):
+                    if best is None and self._room_short(stream) == 0.0:
                         key2 = (stream.ring.available(), stream.ready_seq)
                         if spare is None or key2 < spare_key:
                             spare, spare_key = stream, key2
@@ -248,9 +251,6 @@ class TtsScheduler:
         step = next(iter(job.steps()), None) if job.steps is not None else None
         need_s = step.speech_s + step.pause_s if step is not None else AHEAD_STEP_S
         return max(0.0, need_s - stream.ring.room() / stream.rate_hz)
-
-    def _has_room(self, stream: TtsStream) -> bool:
-        return self._room_short(stream) == 0.0
 
     def wake_in(self, now_s: float) -> float | None:
         """Seconds until a waiting stream becomes eligible or pending audio may fit."""
@@ -313,6 +313,8 @@ class TtsScheduler:
         if self.on_clause is not None:
             self.on_clause(dt, n / stream.rate_hz)
         now = self.clock()
+        if stream.late_s(job, now) > LATE_MIN_S:
+            self.late, self.late_at_s = self.late + 1, now
         if first and n:
             job.first_made_s = now
         if (first and n and self.first_audio_s > 0 and self.policy == "edf" and not job.first_sent

@@ -17,6 +17,10 @@ import numpy as np
 
 from cosyvoiced.workers.worker.clause_cost import Steps
 
+LATE_MIN_S = 0.005
+"""A step counts as late when its listener had been out of audio longer than this (a gap
+a listener hears; the load ramp counts gaps from 5 ms)."""
+
 
 class ProducerRing(Protocol):
     def write(self, samples: np.ndarray) -> int: ...
@@ -74,6 +78,13 @@ class TtsStream:
     def ahead_s(self, now_s: float) -> float:
         held = (self.ring.available() + self.pending_samples) / self.rate_hz
         return max(held, self.play_end_s - now_s)
+
+    def late_s(self, job: SayJob, now_s: float) -> float:
+        """How long its listener has been out of `job`'s audio at `now_s`, mid-request
+        (0 before the request's first audio is out: it has not begun to play)."""
+        if not job.first_sent or self.hold_until_s is not None or not job.audio_samples:
+            return 0.0
+        return max(0.0, now_s - self.play_end_s)
 
     def deadline_s(self, now_s: float, ahead_s: float, budget_s: float) -> float:
         """Seconds until its listener needs audio it does not have yet (`ahead_s`: its
