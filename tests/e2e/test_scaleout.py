@@ -33,8 +33,7 @@ speaking worker stream), so its agent says maxconn:4."""
 CHECK_S = 1.0
 """inter and agent-inter of the shipped config."""
 COMMON = ("workers.spare=false",  # two daemons on two cores: no warm spares
-          # a shared box: admit the calls, test the spread
-          "workers.admit_busy_max=2.0", "workers.admit_late_hold_s=0",
+          "workers.admit_busy_max=2.0",  # a shared box: admit the calls, test the spread
           "service.drain_timeout_s=30", "agent.drain_grace_s=2.0",
           f'audiosocket.greeting="{GREETING}"')
 

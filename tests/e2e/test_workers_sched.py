@@ -236,17 +236,13 @@ def _admit_until_refused(runner) -> list[int] | None:
             runner.call(h.close())
 
 
-def test_a_worker_whose_listeners_ran_dry_takes_no_new_stream_until_the_hold_is_over(
-        pool_runner):
-    """Admission by what is owed, opened wide; the late hold on. Streams enough for
-    about 1.5 x both workers, all heard at real-time pace: listeners run dry, the workers
-    count the late steps, and a new stream is refused for `late_hold_s` after the last
-    one (the message says why); once the streams are done and the hold is over, one is
-    admitted again."""
+
+def test_the_workers_count_the_steps_their_listeners_waited_for(pool_runner):
+    """Streams enough for about 1.5 x both workers (admission wide open), all heard at
+    real-time pace: listeners run dry, and the workers say so (`late_steps`, per worker
+    and in all), no more often than the listeners heard gaps."""
     pool = pool_runner.pool
-    hold_s = 3.0
-    pool.admission.late_hold_s = hold_s
-    late_before = pool.status()["late_steps"]
+    before = pool.status()["late_steps"]
     rtf = max([w.rtf for w in pool.loads()] + [0.05])
     n = min(80, max(24, math.ceil(3.0 / rtf)))
     reader = PacedReader()
@@ -257,39 +253,20 @@ def test_a_worker_whose_listeners_ran_dry_takes_no_new_stream_until_the_hold_is_
             h = pool_runner.call(pool.open_tts_stream())
             rid = pool_runner.call(h.say(LONG))
             admitted.append((h, rid, reader.add(h.stream_id, h.ring, h.rate_hz)))
-        refused = None
-        deadline = time.monotonic() + 60
-        while refused is None and time.monotonic() < deadline:
-            try:
-                extra = pool_runner.call(pool.open_tts_stream())
-            except Overloaded as exc:
-                refused = exc
-            else:
-                pool_runner.call(extra.close())
-                time.sleep(0.2)
-        print(f"rtf {rtf:.3f}, {n} streams; refused: {refused}")
-        assert refused is not None and "ran dry" in str(refused), refused
         for h, rid, ls in admitted:
             done = pool_runner.call(h.wait(rid), 300)
             deadline = time.monotonic() + 120
             while ls.received < done.samples:
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
+        time.sleep(1.5)  # the workers publish their counters every second
         status = pool.status()
+        late = status["late_steps"] - before
         underruns = sum(h.ring.stats().underruns for h, _, _ in admitted)
-        print(f"late steps {status['late_steps'] - late_before}, underruns {underruns}")
-        assert status["late_steps"] > late_before and underruns > 0
-        assert any(w["late_s"] is not None for w in status["workers"])
+        print(f"rtf {rtf:.3f}, {n} streams: late steps {late}, underruns {underruns}")
+        assert 0 < late <= underruns
+        assert sum(w["late_steps"] for w in status["workers"]) >= late
     finally:
         reader.stop()
         for h, _, _ in admitted:
             pool_runner.call(h.close())
-    deadline = time.monotonic() + hold_s + 10
-    while any(pool.admission.late(w) for w in pool.loads()):
-        assert time.monotonic() < deadline
-        time.sleep(0.2)
-    try:
-        h = pool_runner.call(pool.open_tts_stream())  # the hold is over
-        pool_runner.call(h.close())
-    finally:
-        pool.admission.late_hold_s = 0.0

@@ -74,8 +74,7 @@ def _listen_pool(loop: asyncio.AbstractEventLoop) -> Any:
     from cosyvoiced.workers.pool.pool import WorkerPool
     from cosyvoiced.workers.setup import WorkerSetup
 
-    wc = WorkersConfig(count=2, cpus="0-1", onnx_threads=1, admit_busy_max=4.0,
-                       admit_late_hold_s=0.0, spare=False,
+    wc = WorkersConfig(count=2, cpus="0-1", onnx_threads=1, admit_busy_max=4.0, spare=False,
                        max_streams=100000)
     setup = WorkerSetup(tts=TtsConfig(), vad=VadConfig(), cache_dir=CACHE, state_dir=None,
                         vad_capacity=1024, log_level="warning", warm_up=False,

@@ -7,10 +7,9 @@ the table). The largest passing N is printed next to the compute limit measured 
 the same run, `cores / (single-stream RTF at 1 thread)`. Also time to first audio
 (p50/p95, from `say` to the first sample in the ring) and the workers' CPU.
 
-The ramp runs with admission out of the way. Then, with admission at its defaults
-(`workers.admit_busy_max`, `workers.admit_late_hold_s`), streams are opened and started
-the same way until it refuses one: how many it admits (goal: >= 90% of the limit) and
-whether they all keep up.
+The ramp runs with admission out of the way. Then, with admission at its default
+`workers.admit_busy_max`, streams are opened and started the same way until it refuses
+one: how many it admits (goal: >= 90% of the limit) and whether they all keep up.
 
 The machine this runs on is shared: other jobs' CPU use would decide the result. So the
 bench process and its workers run at nice -15, their session's autogroup too (as a box
@@ -84,8 +83,7 @@ def _pool(loop: asyncio.AbstractEventLoop, **workers):
     from cosyvoiced.workers.pool.pool import WorkerPool
     from cosyvoiced.workers.setup import WorkerSetup
 
-    wc = WorkersConfig(count=2, cpus="0-1", onnx_threads=1, admit_busy_max=4.0,
-                       admit_late_hold_s=0.0, spare=False,
+    wc = WorkersConfig(count=2, cpus="0-1", onnx_threads=1, admit_busy_max=4.0, spare=False,
                        max_streams=100000,
                        **workers)
     # one text for every stream: the engine is measured, not the prompt cache
@@ -174,23 +172,20 @@ def _tts_run(loop, pool, n: int, admit: bool = False) -> dict:
 
 
 def _admitted(loop, pool, most: int) -> dict:
-    """Streams opened and started until admission (at its defaults) refuses one, all
-    heard to the end: how near admission lets the box run to its limit, and whether what
-    it admits keeps up."""
+    """Streams opened and started until admission (at its default `admit_busy_max`)
+    refuses one, all heard to the end: how near admission lets the box run to its limit,
+    and whether what it admits keeps up."""
     from cosyvoiced.config.schema import WorkersConfig
 
-    defaults = WorkersConfig()
-    busy_max = defaults.admit_busy_max
+    busy_max = WorkersConfig().admit_busy_max
     deadline = time.monotonic() + 20  # the busy figures of the ramp decay (EWMA)
     while max(w.busy for w in pool.loads()) > 0.1 and time.monotonic() < deadline:
         time.sleep(0.2)
     pool.admission.busy_max = busy_max
-    pool.admission.late_hold_s = defaults.admit_late_hold_s
     try:
         r = _tts_run(loop, pool, most, admit=True)
     finally:
         pool.admission.busy_max = float("inf")
-        pool.admission.late_hold_s = 0.0
     print(f"tts admitted: {r}", file=sys.stderr, flush=True)
     return {**r, "busy_max": busy_max}
 

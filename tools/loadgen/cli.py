@@ -64,8 +64,7 @@ from tools.loadgen.streams import CallStream, Stream
 REPO = Path(__file__).resolve().parents[2]
 PEERS = ("piper-http", "wyoming-piper", "cosyvoiced-noadmit")
 PEER_KIND = {"piper-http": "piper", "wyoming-piper": "wyoming", "cosyvoiced-noadmit": "tts"}
-NO_ADMISSION = ("workers.admit_busy_max=4.0", "workers.admit_late_hold_s=0",
-                "workers.max_streams=100000")
+NO_ADMISSION = ("workers.admit_busy_max=4.0", "workers.max_streams=100000")
 SCRIPT_CACHE = ("tts.cache_mb=64.0",)
 """The script mix runs cosyvoiced with its prompt cache, as configs/callcenter.toml does."""
 """cosyvoiced with admission out of the way: what its scheduler does past capacity."""

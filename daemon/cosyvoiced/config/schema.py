@@ -91,10 +91,6 @@ class WorkersConfig:
     in core-seconds per second of its CPUs: load = what its TTS streams owe (synthesis
     left over the time until their listeners have heard it) + TTS RTF per stream begun
     since + listen streams x (VAD + speech share x Whisper RTF)."""
-    admit_late_hold_s: float = opt(3.0, min=0.0, max=60.0, live=True)
-    """After a worker made a TTS step later than its listener needed it (a gap heard at
-    real-time playback: the owed model was wrong, e.g. the CPU is shared), it takes no
-    new stream for this long; the streams it has go on. 0: off."""
     spare: bool = opt(True)
     """Keep one warm spare worker that takes over a dead worker's slot at once."""
     restart_backoff_s: float = opt(0.5, min=0.0, max=600.0, live=True)

@@ -15,8 +15,7 @@ from typing import Any
 
 FIELDS = ("heartbeat_s", "busy", "rtf", "vad_us", "tts_streams", "listen_streams",
           "clauses", "windows", "queued", "prompt_hits", "prompt_misses", "prompt_bytes",
-          "asr_rtf", "speech_share", "ahead", "owed", "owed_at_s", "late",
-          "late_at_s")
+          "asr_rtf", "speech_share", "ahead", "owed", "owed_at_s", "late")
 _I = {name: i for i, name in enumerate(FIELDS)}
 
 

@@ -4,7 +4,6 @@ measured in the worker (`LoadMeter`, `AsrRunner`) and summed per worker (`Worker
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import pytest
 
@@ -179,24 +178,3 @@ def test_the_runner_reports_the_decode_cpu_time_not_the_loop_threads():
     [(cpu_s, speech_s)] = decoded
     assert speech_s == pytest.approx(4.0)
     assert 0.1 <= cpu_s <= 0.25, cpu_s
-
-
-def test_a_worker_whose_listener_ran_dry_takes_no_new_stream_for_a_while():
-    """What is owed is a model; a step made after its listener ran dry says it was wrong.
-    For `late_hold_s` after one the worker takes no new stream (the other worker does),
-    while its own streams go on speaking; 0 turns the rule off."""
-    adm = Admission(busy_max=0.9, max_streams=100, late_hold_s=3.0)
-    late = WorkerLoad(0, True, 1.0, RTF, 60.0, 10, 0, 10, owed=0.3, late_s=1.2)
-    other = WorkerLoad(1, True, 1.0, RTF, 60.0, 10, 0, 10, owed=0.6)
-    assert adm.choose([late, other], "tts") == 1
-    assert adm.choose([late, other], "listen") == 1
-    with pytest.raises(Overloaded, match="worker 0 at 0.30 of 0.90, a listener ran dry 1.2 s ago"):
-        adm.choose([late], "tts")
-    assert adm.spare([late], 10) == 0.0
-    adm.can_speak(late)  # an open stream that was idle speaks again
-    assert adm.choose([replace(late, late_s=3.5)], "tts") == 0  # the hold is over
-    assert adm.spare([replace(late, late_s=3.5)], 10) > 0.0
-    idle = replace(late, speaking=0, streams=0, owed=0.0)
-    assert adm.choose([idle], "tts") == 0  # speaking for no one: one stream measures again
-    adm.late_hold_s = 0.0
-    assert adm.choose([late], "tts") == 0

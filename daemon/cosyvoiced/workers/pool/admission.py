@@ -17,11 +17,6 @@ first audio a worker reads 1.0 whether the box carries 32 TTS streams or 46, and
 tell them apart; what is owed can (figures: docs/performance.md, "Figures behind the
 code").
 
-What is owed is a model (step costs measured a moment ago, on a shared CPU). Its misses
-are measured too: a worker whose scheduler made a step after that stream's listener had
-run dry (`TtsScheduler.late`) takes no new stream for `late_hold_s`
-(`workers.admit_late_hold_s`); its streams already open go on speaking.
-
 New work goes to the least loaded live worker whose load with one more stream stays
 within `busy_max`; if none, the request is refused rather than letting every stream on
 the worker fall behind. A worker speaking for no one always takes one TTS stream (its
@@ -30,7 +25,6 @@ RTF figure may be stale; speaking measures it again).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -64,8 +58,6 @@ class WorkerLoad:
     """What its TTS streams owe (`TtsScheduler.owed`), as last published."""
     new: int = 0
     """Streams that began to speak since `owed` was published (not in it yet)."""
-    late_s: float = math.inf
-    """Seconds since its scheduler last made a step after the listener had run dry."""
 
     def listen_cost(self) -> float:
         """What one listen stream costs: its VAD windows and its expected Whisper decodes."""
@@ -82,10 +74,9 @@ class WorkerLoad:
 
 
 class Admission:
-    def __init__(self, busy_max: float, max_streams: int, late_hold_s: float = 0.0) -> None:
+    def __init__(self, busy_max: float, max_streams: int) -> None:
         self.busy_max = busy_max
         self.max_streams = max_streams
-        self.late_hold_s = late_hold_s
         self.refused = 0
 
     def _refuse(self, message: str) -> Overloaded:
@@ -107,16 +98,14 @@ class Admission:
         live = [w for w in loads if w.alive]
         if not live:
             raise self._refuse("no inference worker is running")
-        fits = [w for w in live
-                if not self.late(w) and w.load() + self.cost(w, kind) <= self.busy_max]
+        fits = [w for w in live if w.load() + self.cost(w, kind) <= self.busy_max]
         if not fits and kind == "tts":
             fits = [w for w in live if self._idle_voice(w)]
         if not fits:
             least = min(live, key=lambda w: (w.load(), w.index))
-            late = f", a listener ran dry {least.late_s:.1f} s ago" if self.late(least) else ""
             raise self._refuse(
                 f"every worker is at its real-time capacity (least loaded: worker "
-                f"{least.index} at {least.load():.2f} of {self.busy_max:.2f}{late})")
+                f"{least.index} at {least.load():.2f} of {self.busy_max:.2f})")
         # Spread streams evenly (an open stream may speak any moment), then by load.
         return min(fits, key=lambda w: (w.streams, w.load(), w.index)).index
 
@@ -136,14 +125,9 @@ class Admission:
     def _room(self, load: WorkerLoad) -> float:
         if not load.alive:
             return 0.0
-        if (self.late(load) or load.load() + load.rtf > self.busy_max) \
-                and not self._idle_voice(load):
-            return 0.0  # `choose` refuses it one more speaking stream
+        if load.load() + load.rtf > self.busy_max and not self._idle_voice(load):
+            return 0.0  # `choose` and `can_speak` refuse it one more speaking stream
         return max(0.0, self.busy_max - load.load())
-
-    def late(self, load: WorkerLoad) -> bool:
-        """A listener of this worker ran dry within `late_hold_s`: it takes no new stream."""
-        return load.late_s < self.late_hold_s
 
     def _idle_voice(self, load: WorkerLoad) -> bool:
         """A worker speaking for no one takes one TTS stream whatever its RTF figure says:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import itertools
-import math
 import threading
 import time
 from collections.abc import Callable
@@ -66,8 +65,7 @@ class WorkerPool:
         shares = share_cpus(inference_cpus(workers.cpus), workers.count, workers.onnx_threads)
         self.slots = [Slot(i, share) for i, share in enumerate(shares)]
         self.all_cpus = tuple(c for share in shares for c in share)
-        self.admission = Admission(workers.admit_busy_max, workers.max_streams,
-                                   workers.admit_late_hold_s)
+        self.admission = Admission(workers.admit_busy_max, workers.max_streams)
         self.running = False
         self.late_steps = 0
         """TTS steps the workers made after their listener ran dry, as of the last status."""
@@ -109,7 +107,6 @@ class WorkerPool:
         """Apply the live `[workers]` keys after a reload (count and CPUs need a restart)."""
         self.config = workers
         self.admission.busy_max = workers.admit_busy_max
-        self.admission.late_hold_s = workers.admit_late_hold_s
         self.admission.max_streams = workers.max_streams
         live = (workers.policy, workers.lookahead_s, workers.first_audio_s)
         if live != (self.setup.policy, self.setup.lookahead_s, self.setup.first_audio_s):
@@ -181,20 +178,18 @@ class WorkerPool:
 
     def loads(self) -> list[WorkerLoad]:
         """Each slot's measured load, for admission and status."""
-        out, now = [], time.monotonic()
+        out = []
         for s in self.slots:
             p = s.proc
             alive = p is not None and p.ready
             st = p.stats if p is not None else None
             owed_at = st.get("owed_at_s") if st else 0.0
-            late_at = st.get("late_at_s") if st else 0.0
             out.append(WorkerLoad(
                 s.index, alive, st.get("busy") if st else 0.0, st.get("rtf") if st else 0.0,
                 st.get("vad_us") if st else 0.0, s.speaking, s.listening, len(s.streams),
                 st.get("asr_rtf") if st else 0.0, st.get("speech_share") if st else 0.0,
                 st.get("ahead") if st else 0.0, st.get("owed") if st else 0.0,
-                sum(1 for t in tuple(s.started) if t >= owed_at),
-                now - late_at if late_at > 0 else math.inf))
+                sum(1 for t in tuple(s.started) if t >= owed_at)))
         return out
 
     def worker_figures(self) -> list[dict[str, float]]:
@@ -342,7 +337,7 @@ class WorkerPool:
                 "streams": load.streams, "speaking": load.speaking,
                 "listening": load.listening, "load": round(load.load(), 3),
                 "tts_capacity": load.tts_capacity(busy_max), "restarts": slot.restarts,
-                "late_s": round(load.late_s, 1) if load.late_s < math.inf else None,
+                "late_steps": int(p.stats.get("late")) if p and p.ready else 0,
                 "heartbeat_age_s": round(now - slot.heartbeat_s(), 3),
                 "threads": p.ready_msg.threads if p and p.ready_msg else None,
             })

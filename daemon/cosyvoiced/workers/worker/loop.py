@@ -205,14 +205,11 @@ class Worker:
         malloc_trim()
 
     def _publish_owed(self, now: float) -> None:
-        """The TTS streams' owed share of the worker (`TtsScheduler.owed`) and its late
-        steps, admission's load: more often than the other figures, as they move with
-        every request."""
+        """The TTS streams' owed share of the worker (`TtsScheduler.owed`), admission's
+        load: more often than the other figures, as it moves with every request."""
         self._owed_at = now
         self.stats.set("owed", self.tts.owed(now, self.meter.rtf))
         self.stats.set("owed_at_s", now)
-        self.stats.set("late", self.tts.late)
-        self.stats.set("late_at_s", self.tts.late_at_s)
 
     def _publish_stats(self) -> None:
         s = self.stats
@@ -226,6 +223,7 @@ class Worker:
         s.set("tts_streams", len(self.tts.streams))
         s.set("listen_streams", len(self.vad))
         s.set("clauses", self.clauses)
+        s.set("late", self.tts.late)
         s.set("windows", sum(g.windows for g in self.vad.groups.values()))
         prompts = self.engine.prompts
         s.set("prompt_hits", prompts.hits)

@@ -81,9 +81,9 @@ class TtsScheduler:
         self.ahead_step = False
         """The last step picked was a work-conserving one: every stream had `lookahead_s`
         ahead (the worker's load meter shows it apart, `LoadMeter.ahead`)."""
-        self.late, self.late_at_s = 0, 0.0
-        """Steps made after their listener ran dry (`TtsStream.late_s`), and the last one's
-        time: admission refuses new streams on the worker for a while after one."""
+        self.late = 0
+        """Steps made after their listener had run dry (`TtsStream.late_s`): gaps heard
+        at real-time playback (status and `cosyvoiced_tts_late_steps`)."""
         self.prebuffer_s = prebuffer_s
         self.work_conserving = work_conserving
         self.set_policy(policy, lookahead_s, first_audio_s)
@@ -314,7 +314,7 @@ class TtsScheduler:
             self.on_clause(dt, n / stream.rate_hz)
         now = self.clock()
         if stream.late_s(job, now) > LATE_MIN_S:
-            self.late, self.late_at_s = self.late + 1, now
+            self.late += 1
         if first and n:
             job.first_made_s = now
         if (first and n and self.first_audio_s > 0 and self.policy == "edf" and not job.first_sent
