@@ -236,7 +236,6 @@ def _admit_until_refused(runner) -> list[int] | None:
             runner.call(h.close())
 
 
-
 def test_the_workers_count_the_steps_their_listeners_waited_for(pool_runner):
     """Streams enough for about 1.5 x both workers (admission wide open), all heard at
     real-time pace: listeners run dry, and the workers say so (`late_steps`, per worker

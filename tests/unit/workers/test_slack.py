@@ -155,9 +155,10 @@ def test_least_slack_keeps_a_worker_at_0_93_load_free_of_underruns(seed):
 
 @pytest.mark.parametrize("seed", range(3))
 def test_the_scheduler_counts_the_steps_its_listeners_waited_for(seed):
-    """What admission's late hold reads: 0 where every listener was kept fed (93% of
-    the worker, least slack), some where listeners ran dry (the same mix in FIFO order;
-    2.4 x the worker), never more late steps than the listeners heard gaps."""
+    """What the workers report as late steps (`cosyvoiced_tts_late_steps`): 0 where
+    every listener was kept fed (93% of the worker, least slack), some where listeners
+    ran dry (the same mix in FIFO order; 2.4 x the worker), never more than the gaps the
+    listeners heard."""
     profiles, arrivals = bench_mix(6, 0.155)
     for policy in ("edf", "fifo"):
         late: list[int] = []
