@@ -221,12 +221,7 @@ def _admit_until_refused(runner) -> list[int] | None:
         for h2 in extra:
             runner.call(h2.close())
         assert pool.status()["refused"] >= refused_before + 2
-        for h, rid, ls in admitted:
-            done = runner.call(h.wait(rid), 300)
-            deadline = time.monotonic() + 60
-            while ls.received < done.samples:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+        _heard_to_the_end(runner, admitted, 60)
         underruns = [h.ring.stats().underruns for h, _, _ in admitted]
         print(f"admitted {len(admitted)}; underruns {underruns}")
         return underruns
@@ -234,6 +229,17 @@ def _admit_until_refused(runner) -> list[int] | None:
         reader.stop()
         for h, _, _ in admitted:
             runner.call(h.close())
+
+
+def _heard_to_the_end(runner, admitted: list, timeout_s: float) -> None:
+    """Wait until each (handle, request id, listener) request is made and its listener
+    has read all of it (within `timeout_s` of the request being made)."""
+    for h, rid, ls in admitted:
+        done = runner.call(h.wait(rid), 300)
+        deadline = time.monotonic() + timeout_s
+        while ls.received < done.samples:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
 
 
 def test_the_workers_count_the_steps_their_listeners_waited_for(pool_runner):
@@ -252,12 +258,7 @@ def test_the_workers_count_the_steps_their_listeners_waited_for(pool_runner):
             h = pool_runner.call(pool.open_tts_stream())
             rid = pool_runner.call(h.say(LONG))
             admitted.append((h, rid, reader.add(h.stream_id, h.ring, h.rate_hz)))
-        for h, rid, ls in admitted:
-            done = pool_runner.call(h.wait(rid), 300)
-            deadline = time.monotonic() + 120
-            while ls.received < done.samples:
-                assert time.monotonic() < deadline
-                time.sleep(0.05)
+        _heard_to_the_end(pool_runner, admitted, 120)
         time.sleep(1.5)  # the workers publish their counters every second
         status = pool.status()
         late = status["late_steps"] - before

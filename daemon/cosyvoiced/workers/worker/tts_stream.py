@@ -82,7 +82,7 @@ class TtsStream:
     def late_s(self, job: SayJob, now_s: float) -> float:
         """How long its listener has been out of `job`'s audio at `now_s`, mid-request
         (0 before the request's first audio is out: it has not begun to play)."""
-        if not job.first_sent or self.hold_until_s is not None or not job.audio_samples:
+        if not job.first_sent or self.hold_until_s is not None:
             return 0.0
         return max(0.0, now_s - self.play_end_s)
 
