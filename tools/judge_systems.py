@@ -15,8 +15,8 @@ if TYPE_CHECKING:
 
 WHISPER_RATE_HZ = 16000
 RANDOM_OPS = ("RandomNormalLike", "RandomUniformLike", "RandomNormal", "RandomUniform")
-SYSTEMS = ("cosyvoiced", "cosyvoiced-clauses", "cosyvoiced-fp32", "cosyvoiced-bf16", "piper",
-           "piper-normalized")
+SYSTEMS = ("cosyvoiced", "cosyvoiced-clauses", "cosyvoiced-fp32", "cosyvoiced-bf16",
+           "cosyvoiced-bf16-flow", "piper", "piper-normalized")
 
 
 class JudgeError(RuntimeError):
@@ -59,10 +59,14 @@ def tts_config(system: str) -> TtsConfig:
                                                         else {}))
     if system == "cosyvoiced":
         return config
-    if system in ("cosyvoiced-fp32", "cosyvoiced-bf16"):
+    if system in ("cosyvoiced-fp32", "cosyvoiced-bf16", "cosyvoiced-bf16-flow"):
         if "vocoder" not in fields:
             raise JudgeError(f"{system} needs `TtsConfig.vocoder`, which this checkout lacks")
-        return dataclasses.replace(config, vocoder=system.rpartition("-")[2])
+        if system.endswith("-flow") and "flow" not in fields:
+            raise JudgeError(f"{system} needs `TtsConfig.flow`, which this checkout lacks")
+        flow = {"flow": "bf16" if system.endswith("-flow") else "fp32"} \
+            if "flow" in fields else {}
+        return dataclasses.replace(config, vocoder=system.split("-")[1], **flow)
     if system != "cosyvoiced-clauses":
         raise JudgeError(f"{system!r} is not a cosyvoiced system")
     if "decode" not in fields:
@@ -90,6 +94,8 @@ def synthesize_set(model_path: str | Path, config_path: str | Path, texts: list[
     decode = {"decode": config.decode} if hasattr(config, "decode") else {}  # as engine.voice()
     if hasattr(config, "vocoder"):
         decode.update(vocoder=config.vocoder, chunks_s=(config.first_chunk_s, config.chunk_s))
+    if hasattr(config, "flow"):
+        decode.update(flow=config.flow)
     engine.register(load_voice(files, precision="fp32", threads=threads, **decode), "fp32")
     opts = SynthesisOptions(rate_hz=WHISPER_RATE_HZ, format="float32",
                             **({} if noise else {"noise_scale": 0.0, "noise_w_scale": 0.0}))

@@ -128,7 +128,8 @@ def test_a_sentences_chunks_join_to_its_whole_decode(cache_dir):
     quiet = SynthesisOptions(format="float32", noise_scale=0.0, noise_w_scale=0.0)
 
     def audio(**kw):  # the chunking itself: FP32 both ways (bf16 is judged at load)
-        engine = TtsEngine(TtsConfig(precision="fp32", vocoder="fp32", warmup=False, **kw),
+        engine = TtsEngine(TtsConfig(precision="fp32", vocoder="fp32", flow="fp32", warmup=False,
+                                     **kw),
                            cache_dir=cache_dir)
         chunks = list(engine.synthesize(text, quiet))
         return chunks, np.concatenate([c.audio for c in chunks])
@@ -295,8 +296,8 @@ def test_a_cancelled_sentence_is_not_kept(cache_dir):
 def test_warmed_prompts_persist_for_the_next_start(tmp_path):
     prompts = tmp_path / "prompts.txt"
     prompts.write_text("# the menu\nPress one for billing.\nPlease hold.\n")
-    config = TtsConfig(precision="fp32", vocoder="fp32", warmup=False, cache_persist=True,
-                       cache_prompts=str(prompts))  # one vocoder: its audio is the key's
+    config = TtsConfig(precision="fp32", vocoder="fp32", flow="fp32", warmup=False,
+                       cache_persist=True, cache_prompts=str(prompts))  # one engine: the key's
     engine = TtsEngine(config, cache_dir=str(tmp_path))
     assert engine.warm_prompts() == 2
     assert len(list((tmp_path / "prompts").glob("*.f32"))) == 2
@@ -314,9 +315,11 @@ def test_a_bf16_vocoder_speaks_what_fp32_speaks(cache_dir):
     is the same length and close to FP32's (runs on any x86 CPU: without native bf16 the
     plugin computes in f32)."""
     opts = {"format": "float32", "noise_scale": 0.0, "noise_w_scale": 0.0}
-    fp32 = TtsEngine(TtsConfig(precision="fp32", vocoder="fp32", warmup=False, cache_mb=0),
+    fp32 = TtsEngine(TtsConfig(precision="fp32", vocoder="fp32", flow="fp32", warmup=False,
+                               cache_mb=0),
                      cache_dir=cache_dir)
-    bf16 = TtsEngine(TtsConfig(precision="fp32", vocoder="bf16", warmup=False, cache_mb=0),
+    bf16 = TtsEngine(TtsConfig(precision="fp32", vocoder="bf16", flow="fp32", warmup=False,
+                               cache_mb=0),
                      cache_dir=cache_dir)
     voice = bf16.voice()
     assert voice.split is not None and voice.split.vocoder == "bf16"

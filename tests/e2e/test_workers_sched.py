@@ -41,7 +41,7 @@ def clause_runner(onnx_cache) -> Iterator[PoolRunner]:
     ~0.1) no load a worker can carry starves it: the steps' size, not the policy,
     would be under test. No warm spare: its model load would overlap the first measure."""
     runner = PoolRunner(replace(TEST_WORKERS, spare=False), onnx_cache,
-                        tts=TtsConfig(cache_mb=0, vocoder="fp32", first_chunk_s=6.0,
+                        tts=TtsConfig(cache_mb=0, vocoder="fp32", flow="fp32", first_chunk_s=6.0,
                                       chunk_s=6.0))
     yield runner
     runner.close()

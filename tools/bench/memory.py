@@ -3,9 +3,10 @@
 1. The daemon (dev config, no warm spare, the prompt cache off) started with 1, then 2
    inference workers on CPUs 0-1; one short TTS request served over HTTP, a few seconds
    to settle, then the PSS of its process tree (each process's /proc/PID/smaps_rollup
-   summed). The difference is what an added worker costs (target <= 100 MB). Piper's
-   HTTP server on the same voice after one request, for scale (the ramp compares the
-   trees at the same streams).
+   summed). The difference is what an added worker costs (target <= 100 MB); the same
+   with the vocoder and flow in FP32 (`tts.vocoder`, `tts.flow` = fp32: no OpenVINO).
+   Piper's HTTP server on the same voice after one request, for scale (the ramp compares
+   the trees at the same streams).
 2. The breakdown: a plain process set up as a worker (pinned, one thread) loads the
    worker's pieces in turn (its modules, the voice and its warm-up, one request, the VAD
    graphs, Whisper and its warm-up decode) and reads its own smaps_rollup after each:
@@ -67,13 +68,17 @@ def _speak(url: str) -> None:
         r.read()
 
 
-def _daemon(workers: int, tmp: Path) -> dict[int, dict[str, int]]:
+FP32 = ("tts.vocoder=\"fp32\"", "tts.flow=\"fp32\"")
+"""The engine without OpenVINO (what a CPU without native bf16 runs), measured beside."""
+
+
+def _daemon(workers: int, tmp: Path, sets: tuple[str, ...] = ()) -> dict[int, dict[str, int]]:
     from tools.loadgen.peers import start_cosyvoiced
 
-    tmp = tmp / f"workers-{workers}"
+    tmp = tmp / f"workers-{workers}{'-fp32' if sets else ''}"
     tmp.mkdir()
 
-    managed, server = start_cosyvoiced(tmp, "0-1", workers, ("workers.spare=false",),
+    managed, server = start_cosyvoiced(tmp, "0-1", workers, ("workers.spare=false", *sets),
                                        spare=False)
     try:
         assert server.ends.http is not None
@@ -171,6 +176,7 @@ def run(quick: bool) -> Report:
         prev = row
     with tempfile.TemporaryDirectory() as tmp:
         trees = {n: _daemon(n, Path(tmp)) for n in (1, 2)}
+        fp32 = {n: _daemon(n, Path(tmp), FP32) for n in (1, 2)}
         piper = None if quick else _piper(Path(tmp))
     for n, tree in trees.items():
         report.rows.append([f"cosyvoiced, {n} worker(s)", *(_sum(tree, f) for f in FIELDS),
@@ -180,12 +186,18 @@ def run(quick: bool) -> Report:
     if piper is not None:
         report.rows.append(["piper http server", *(_sum(piper, f) for f in FIELDS), len(piper)])
         report.figures["piper_http_pss_mb"] = _sum(piper, "Pss")
+    for n, tree in fp32.items():
+        report.rows.append([f"cosyvoiced fp32 engine, {n} worker(s)",
+                            *(_sum(tree, f) for f in FIELDS), len(tree)])
     added = round(_sum(trees[2], "Pss") - _sum(trees[1], "Pss"), 1)
     report.figures.update(tree_1_worker_mb=_sum(trees[1], "Pss"),
-                          tree_2_workers_mb=_sum(trees[2], "Pss"), per_added_worker_mb=added)
+                          tree_2_workers_mb=_sum(trees[2], "Pss"), per_added_worker_mb=added,
+                          per_added_worker_fp32_mb=round(_sum(fp32[2], "Pss")
+                                                         - _sum(fp32[1], "Pss"), 1))
     report.notes.append(f"one request ({TEXT!r}), then {SETTLE_S:.0f} s, then PSS; "
-                        "workers.spare=false, tts.cache_mb=0, CPUs 0-1, FP32 vocoder unless "
-                        "the CPU has AMX")
+                        "workers.spare=false, tts.cache_mb=0, CPUs 0-1; the vocoder and flow "
+                        "as tts.vocoder/tts.flow = auto choose on this CPU (bf16 where it has "
+                        "amx_bf16 or avx512_bf16), and both FP32 on ONNX Runtime beside")
     report.target("pss_per_added_worker_mb", added, f"<= {PER_WORKER_MB:.0f}",
                   added <= PER_WORKER_MB)
     return report

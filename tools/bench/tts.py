@@ -7,7 +7,8 @@ would use every core) and Piper's other options left at their defaults; Piper's 
 includes its phonemization, ours includes normalization and phonemization. INT8 is the
 variant kept by tools/quantize/ in the state dir ($COSYVOICED_STATE_DIR, default
 /var/lib/cosyvoiced); without one that row is skipped. `cosyvoiced-bf16` runs the vocoder
-in bf16 through OpenVINO (native where the CPU has AMX, emulated in f32 elsewhere).
+in bf16 through OpenVINO (native where the CPU has AMX or AVX512-BF16, emulated in f32
+elsewhere), `cosyvoiced-bf16-flow` the flow too (`tts.flow`).
 """
 
 from __future__ import annotations
@@ -93,11 +94,13 @@ def run(quick: bool) -> Report:
         runners[("piper", threads)] = (
             lambda text, p=piper: _measure(p.synthesize(text), lambda c: c.audio_float_array.size))
         precisions = ["fp32"] + (["int8"] if variant else [])
-        variants = [(f"cosyvoiced-{p}", p, TtsConfig(precision=p, vocoder="fp32", cache_mb=0))
-                    for p in precisions]
-        # the vocoder in bf16 through OpenVINO (what `tts.vocoder = "auto"` takes on AMX)
-        variants.append(("cosyvoiced-bf16", "fp32",
-                         TtsConfig(precision="fp32", vocoder="bf16", cache_mb=0)))
+        variants = [(f"cosyvoiced-{p}", p, TtsConfig(precision=p, vocoder="fp32", flow="fp32",
+                                                     cache_mb=0)) for p in precisions]
+        # the vocoder in bf16 through OpenVINO (what `tts.vocoder = "auto"` takes where the
+        # CPU has AMX or AVX512-BF16), then the flow in bf16 too (`tts.flow`)
+        for name, flow in (("cosyvoiced-bf16", "fp32"), ("cosyvoiced-bf16-flow", "bf16")):
+            variants.append((name, "fp32", TtsConfig(precision="fp32", vocoder="bf16",
+                                                     flow=flow, cache_mb=0)))
         # the earlier path beside it: one whole-graph run per clause, cut as workers cut
         variants.append(("cosyvoiced-fp32-clauses", "fp32",
                          TtsConfig(precision="fp32", decode="clauses", max_clause_chars=80,

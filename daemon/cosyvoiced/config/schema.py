@@ -126,12 +126,17 @@ class TtsConfig:
     clauses (logged `tts_decode_path`). clauses: one whole-graph run per clause, cut at
     `first_clause_max_chars` / `max_clause_chars` (the earlier path, kept to compare)."""
     vocoder: Literal["auto", "fp32", "bf16"] = opt("auto")
-    """chunked: the precision of a voice's vocoder (its decoder; the text front and the flow
-    stay FP32). bf16 runs it through OpenVINO's CPU plugin; auto takes bf16 where the CPU
+    """chunked: the precision of a voice's vocoder (its decoder; the text front stays FP32,
+    the flow has `flow`). bf16 runs it through OpenVINO's CPU plugin; auto takes bf16 where the CPU
     computes in bf16 natively (`amx_bf16` or `avx512_bf16`) and, checked at load on a
     fixed sentence, it is within 30 dB SNR
     of FP32 and at most 0.85x its time; else fp32 on ONNX Runtime (logged `tts_vocoder`,
     with the reason)."""
+    flow: Literal["auto", "fp32", "bf16"] = opt("auto")
+    """chunked: the precision of a voice's flow (z_p -> the vocoder's latent), chosen like
+    `vocoder`: auto takes bf16 (OpenVINO) where the CPU computes in bf16 natively and, on
+    the fixed sentence, its latent is within 30 dB SNR of FP32's and it takes at most
+    0.85x FP32's time; else fp32 (logged `tts_flow`, with the reason)."""
     first_chunk_s: float = opt(0.5, min=0.05, max=10.0, live=True)
     """Audio in a request's first vocoder chunk (small: first audio leaves early). It is
     the time the worker has to make the second chunk while it plays: at 0.25 s, replies

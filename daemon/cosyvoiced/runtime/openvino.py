@@ -4,8 +4,8 @@ Where the CPU computes in bfloat16 natively (AMX tiles, `amx_bf16` in /proc/cpui
 AVX512-BF16, `avx512_bf16`), OpenVINO runs a convolutional vocoder in bf16 at one thread
 in ~0.3-0.7x the time of ONNX Runtime in FP32 (figures: docs/performance.md); ONNX Runtime's CPU provider has no bf16 kernels for
 it. Only graphs whose inputs have a known rank load here (`shapes` names the dynamic
-ones), and only the vocoder's parts: a voice's text front (durations) stays FP32 in ONNX
-Runtime, since bf16 moves frame counts.
+ones), and only the parts after the durations (the flow, the decoder): a voice's text
+front stays FP32 in ONNX Runtime, since bf16 moves frame counts.
 """
 
 from __future__ import annotations
@@ -80,6 +80,9 @@ def create_ov_sessions(model: str | os.PathLike[str] | io.BytesIO, *,
         "INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
         "INFERENCE_PRECISION_HINT": precision,
         "ENABLE_CPU_PINNING": False,  # the worker is pinned already: no second opinion
+        # kernels kept per input shape of a dynamic model: a bf16 flow met 24 window
+        # lengths for +39 MB and ran no faster for it (docs/performance.md)
+        "CPU_RUNTIME_CACHE_CAPACITY": 0,
     }
     core = ov.Core()
     if cache_dir is not None:  # compiled blobs: a warm start skips compilation

@@ -125,6 +125,8 @@ class SplitVoice:
     """Frames (left, right) around a flow window (None: its field)."""
     vocoder: str = "fp32"
     """The decoder's precision: "fp32" (ONNX Runtime) or "bf16" (OpenVINO; `tts.vocoder`)."""
+    flow_precision: str = "fp32"
+    """The flow's: "fp32" (ONNX Runtime) or "bf16" (OpenVINO, `tts/flow_precision.py`)."""
     fast: dict[int, Any] = dataclasses.field(default_factory=dict)
     """bf16 decoders by the window (frames) each was compiled for, ascending (`vocoder.py`)."""
 

@@ -22,7 +22,8 @@ import numpy as np
 import structlog
 
 from cosyvoiced.runtime.onnx import create_session, file_sha256, write_cache_file
-from cosyvoiced.tts.graph import DECODER, DECODER_2D, decoder_rewrite
+from cosyvoiced.tts.flow_precision import FLOW_PAD, pick_flow
+from cosyvoiced.tts.graph import DECODER, decoder_rewrite
 from cosyvoiced.tts.receptive import ReceptiveField, receptive_field
 from cosyvoiced.tts.seam import (
     FLOW,
@@ -42,7 +43,7 @@ from cosyvoiced.tts.split import (
     chunk_bounds,
     longest_chunk,
 )
-from cosyvoiced.tts.vocoder import pick_decoder, verdict_path
+from cosyvoiced.tts.vocoder import decoder_2d, pick_decoder, verdict_path
 
 log = structlog.get_logger(__name__)
 
@@ -226,25 +227,11 @@ def _walk_flow(flow: Any, seam: FlowSeam, model_path: str) -> ReceptiveField | N
         return None
 
 
-def _decoder_2d(decoder: Any) -> bytes:
-    """The decoder graph, its convs as 2-D (exact), for OpenVINO: in bf16 on AMX it runs
-    2-D convs ~3x faster than the 1-D ones (docs/performance.md)."""
-    import onnx
-
-    model = onnx.ModelProto()
-    model.CopyFrom(decoder)
-    try:
-        DECODER_2D.apply(model)
-    except ValueError:
-        return decoder.SerializeToString()
-    return model.SerializeToString()
-
-
 def load_split(model_path: str | os.PathLike[str], *, threads: int = 1,
                cache_dir: str | os.PathLike[str] | None = None,
                prefix: str = DECODER, flow_prefix: str = FLOW,
-               vocoder: str = "fp32", chunks_s: tuple[float, ...] = (0.25, 1.0),
-               config_path: str | os.PathLike[str] | None = None) -> SplitVoice | None:
+               vocoder: str = "fp32", flow: str = "fp32",
+               chunks_s: tuple[float, ...] = (0.25, 1.0), config_path: str | os.PathLike[str] | None = None) -> SplitVoice | None:
     """The voice at `model_path` as front + flow + decoder sessions (the flow in the front
     where it cannot be split off), or None (logged: the caller keeps the whole graph)
     where it has no seam or its decoder's reach is not known. Chunks decode with trimmed
@@ -259,9 +246,9 @@ def load_split(model_path: str | os.PathLike[str], *, threads: int = 1,
               _load_graphs(model_path, paths, cached, threads, cache_dir, prefix, flow_prefix))
     if loaded is None:
         return None
-    voice, paths, graph = loaded
-    return _checked(voice, model_path, paths, graph, threads, cache_dir, vocoder, chunks_s,
-                    config)
+    voice, paths, graphs = loaded
+    return _checked(voice, model_path, paths, graphs, threads, cache_dir, (vocoder, flow),
+                    chunks_s, config)
 
 
 def _load_laid_out(model_path: str, paths: SplitPaths, layout: Layout, threads: int,
@@ -347,15 +334,17 @@ def _load_graphs(model_path: str, paths: SplitPaths | None, cached: bool, thread
     sessions = {k: session(k) for k in kinds}
     voice = SplitVoice(sessions["front"], sessions["decoder"], seam, field,
                        flow=sessions.get("flow"), flow_seam=flow_seam, flow_field=flow_field)
-    return voice, paths, models["decoder"] if paths is None else None
+    return voice, paths, models if paths is None else None
 
 
-def _checked(voice: SplitVoice, model_path: str, paths: SplitPaths | None, graph: Any,
-             threads: int, cache_dir: str | os.PathLike[str] | None, vocoder: str,
+def _checked(voice: SplitVoice, model_path: str, paths: SplitPaths | None,
+             graphs: dict[str, Any] | None, threads: int,
+             cache_dir: str | os.PathLike[str] | None, settings: tuple[str, str],
              chunks_s: tuple[float, ...], config: str | None) -> SplitVoice | None:
-    """The voice with its front's outputs checked, its contexts trimmed and its vocoder's
-    precision picked; None (logged) where the front does not fit. `graph`: the decoder
-    graph where it is not cached (else read from the cache only if OpenVINO is tried)."""
+    """The voice with its front's outputs checked, its contexts trimmed and the precision
+    of its vocoder and flow picked (`settings`: `tts.vocoder`, `tts.flow`); None (logged)
+    where the front does not fit. `graphs`: the split graphs where they are not cached
+    (else read from the cache only if OpenVINO is tried)."""
     seam, field, flow_field = voice.seam, voice.field, voice.flow_field
     outputs = {o.name for o in voice.front.get_outputs()}
     if set(voice._front_outputs()) != outputs:  # a cache entry that does not fit
@@ -364,27 +353,36 @@ def _checked(voice: SplitVoice, model_path: str, paths: SplitPaths | None, graph
         return None
     _trim_contexts(voice, model_path, paths.contexts if paths is not None else None, config)
     probe = probe_feeds(model_path, [i.name for i in voice.front.get_inputs()], config) \
-        if vocoder != "fp32" else None
+        if settings != ("fp32", "fp32") else None
     left, right = voice.context or (field.left, field.right)
     chunks = [voice.frames_for(s, probe[1]) for s in chunks_s] if probe else []
     if chunks:  # a sentence's last chunk takes in its tail: a window for it too, not FP32
         chunks.append(longest_chunk(chunks[-1]))
     sizes = [n + left + right for n in chunks]
 
-    def decoder_2d() -> bytes:
-        if graph is not None:
-            return _decoder_2d(graph)
+    def graph(kind: str) -> Any:
+        if graphs is not None:
+            return graphs[kind]
         import onnx
 
         assert paths is not None
-        return _decoder_2d(onnx.load(str(paths.decoder)))
+        return onnx.load(str(getattr(paths, kind)))
 
+    def verdict(kind: str, windows: list[int]) -> Path | None:
+        return verdict_path(paths.contexts, threads, windows, kind) if paths else None
+
+    where = str(cache_dir) if cache_dir is not None else None
     voice.fast, voice.vocoder = pick_decoder(
-        vocoder, voice.decoder, decoder_2d,
+        settings[0], voice.decoder, lambda: decoder_2d(graph("decoder")),
         voice.latent(probe[0]) if probe is not None else None, seam.latent, sizes,
-        threads=threads, cache_dir=str(cache_dir) if cache_dir is not None else None,
-        model=model_path,
-        verdict=verdict_path(paths.contexts, threads, sizes) if paths is not None else None)
+        threads=threads, cache_dir=where, model=model_path, verdict=verdict("vocoder", sizes))
+    if voice.flow is not None and voice.flow_seam is not None:
+        inputs = voice.sentence(probe[0]).inputs if probe is not None else {}
+        voice.flow, voice.flow_precision = pick_flow(
+            settings[1], voice.flow, lambda: graph("flow").SerializeToString(),
+            {k: inputs[k] for k in voice.flow_seam.inputs} if inputs else None,
+            threads=threads, cache_dir=where, model=model_path,
+            verdict=verdict("flow", [FLOW_PAD]))
     flow = None if flow_field is None else voice.flow_context or (flow_field.left,
                                                                   flow_field.right)
     log.info("tts_decode_path", model=model_path, path="split", latent=seam.latent,

@@ -77,6 +77,7 @@ class TtsEngine:
                 voice = load_voice(files, precision=precision, threads=self.threads,
                                    cache_dir=self.cache_dir, state_dir=self.state_dir,
                                    decode=self.config.decode, vocoder=self.config.vocoder,
+                                   flow=self.config.flow,
                                    chunks_s=(self.config.first_chunk_s, self.config.chunk_s))
                 self._voices[key] = self._warm_up(voice)
             return self._voices[key]

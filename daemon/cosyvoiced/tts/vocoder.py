@@ -10,10 +10,9 @@ it took in), with their contexts. `SplitVoice.decode` widens a window to such a 
 more real context where the sentence has the frames (exact); any other window (a sentence
 shorter than that) runs FP32. The last chunk's window, measured on the medium sentence at
 one thread (no AMX, avx512_bf16): 41 ms in bf16 where FP32 took 67 ms, for ~16 MB more
-per worker. The text front (durations) and the flow stay FP32 on ONNX Runtime: bf16 there
-moves frame counts (the front) or costs 15-20 dB of SNR (the flow), the decoder alone
-keeps ~40 dB. `auto` takes bf16 only where all of these hold, and logs `tts_vocoder`
-with what it chose and why:
+per worker. The text front (durations) stays FP32 on ONNX Runtime: bf16 there moves frame
+counts; the flow has its own choice (`flow_precision.py`). `auto` takes bf16 only where
+all of these hold, and logs `tts_vocoder` with what it chose and why:
 
 * the CPU computes in bf16 natively (AMX `amx_bf16`, or `avx512_bf16`): without either,
   bf16 is emulated and no faster;
@@ -39,6 +38,7 @@ import structlog
 
 from cosyvoiced.runtime.onnx import OnnxError, cpu_fingerprint, cpu_flags, run, write_cache_file
 from cosyvoiced.runtime.openvino import BF16_FLAGS, bf16_flag, create_ov_sessions
+from cosyvoiced.tts.graph import DECODER_2D
 
 log = structlog.get_logger(__name__)
 
@@ -66,7 +66,7 @@ def choose(setting: str, flags: frozenset[str], snr: float | None,
     if setting == "auto" and bf16_flag(flags) is None:
         return "fp32", f"no {' or '.join(BF16_FLAGS)} on this CPU"
     if snr is None:
-        return "fp32", "bf16 decoder unavailable"
+        return "fp32", "bf16 unavailable"
     if snr < MIN_SNR_DB:
         return "fp32", f"bf16 SNR {snr:.1f} dB < {MIN_SNR_DB:.0f} dB"
     if setting == "auto" and (time_ratio is None or time_ratio > MAX_TIME_RATIO):
@@ -90,9 +90,9 @@ def window(inputs: Mapping[str, np.ndarray], latent: str, frames: int) -> dict[s
     return {**inputs, latent: cut}
 
 
-def verdict_path(contexts: Path, threads: int, sizes: list[int]) -> Path:
-    """Where a voice's bf16 verdict is kept beside its contexts' (per CPU, threads, windows
-    and OpenVINO release)."""
+def verdict_path(contexts: Path, threads: int, sizes: list[int], kind: str = "vocoder") -> Path:
+    """Where a voice's bf16 verdict for its `kind` (vocoder | flow) is kept beside its
+    contexts' (per CPU, threads, windows and OpenVINO release)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -100,16 +100,25 @@ def verdict_path(contexts: Path, threads: int, sizes: list[int]) -> Path:
     except PackageNotFoundError:
         ov = "none"
     tag = f"cpu{cpu_fingerprint()}-t{threads}-w{'-'.join(map(str, sorted(sizes)))}-ov{ov}"
-    return contexts.with_name(contexts.name.split("-contexts-")[0] + f"-vocoder-{tag}.json")
+    return contexts.with_name(contexts.name.split("-contexts-")[0] + f"-{kind}-{tag}.json")
 
 
-def _read_verdict(path: Path | None) -> tuple[float, float] | None:
+def read_verdict(path: Path | None) -> tuple[float, float] | None:
+    """(SNR dB, time ratio) kept at `path` by `keep_verdict`, or None."""
     try:
         snr, ratio = json.loads(path.read_text(encoding="utf-8")) if path else (None, None)
     except (OSError, ValueError, TypeError):
         return None
     return (float(snr), float(ratio)) if isinstance(snr, float) and isinstance(ratio, float) \
         else None
+
+
+def keep_verdict(path: Path | None, snr: float, ratio: float, what: str) -> None:
+    """Keep what was measured for later starts on this CPU (`read_verdict`)."""
+    if path is not None:
+        text = json.dumps([round(float(snr), 2), round(float(ratio), 4)])
+        write_cache_file(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"),
+                         what=what)
 
 
 def _measure(fp32: Any, fast: Mapping[int, Any], inputs: Mapping[str, np.ndarray],
@@ -128,6 +137,20 @@ def _measure(fp32: Any, fast: Mapping[int, Any], inputs: Mapping[str, np.ndarray
     return snr, min(times["bf16"]) / max(min(times["fp32"]), 1e-9)
 
 
+def decoder_2d(decoder: Any) -> bytes:
+    """The decoder graph, its convs as 2-D (exact), for OpenVINO: in bf16 on AMX it runs
+    2-D convs ~3x faster than the 1-D ones (docs/performance.md)."""
+    import onnx
+
+    model = onnx.ModelProto()
+    model.CopyFrom(decoder)
+    try:
+        DECODER_2D.apply(model)
+    except ValueError:
+        return decoder.SerializeToString()
+    return model.SerializeToString()
+
+
 def pick_decoder(setting: str, fp32: Any, decoder: Callable[[], bytes],
                  inputs: Mapping[str, np.ndarray] | None,
                  latent: str, sizes: list[int], *, threads: int, cache_dir: str | None,
@@ -142,7 +165,7 @@ def pick_decoder(setting: str, fp32: Any, decoder: Callable[[], bytes],
         reason = choose(setting, flags, None, None)[1] if not wanted else "no probe sentence"
         log.info("tts_vocoder", model=model, precision="fp32", reason=reason)
         return {}, "fp32"
-    known = _read_verdict(verdict)
+    known = read_verdict(verdict)
     if known is not None and choose(setting, flags, *known)[0] == "fp32":
         log.info("tts_vocoder", model=model, precision="fp32", reason=choose(setting, flags,
                  *known)[1], snr_db=round(known[0], 1), time_vs_fp32=round(known[1], 3),
@@ -158,10 +181,8 @@ def pick_decoder(setting: str, fp32: Any, decoder: Callable[[], bytes],
     except OnnxError as exc:
         log.warning("tts_vocoder", model=model, precision="fp32", reason=str(exc))
         return {}, "fp32"
-    if known is None and verdict is not None:
-        text = json.dumps([round(float(snr), 2), round(float(ratio), 4)])
-        write_cache_file(verdict, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"),
-                         what="tts_vocoder")
+    if known is None:
+        keep_verdict(verdict, snr, ratio, "tts_vocoder")
     precision, reason = choose(setting, flags, snr, ratio)
     log.info("tts_vocoder", model=model, precision=precision, reason=reason,
              snr_db=round(float(snr), 1), time_vs_fp32=round(ratio, 3), windows=order,

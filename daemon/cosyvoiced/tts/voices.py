@@ -178,7 +178,7 @@ class Voice:
 
 def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
                cache_dir: str | None = None, state_dir: str | None = None,
-               decode: str = "chunked", vocoder: str = "fp32",
+               decode: str = "chunked", vocoder: str = "fp32", flow: str = "fp32",
                chunks_s: tuple[float, ...] = (0.25, 1.0)) -> Voice:
     """Load a voice at `precision` (fp32 | int8 | auto); `decode` "chunked" loads it split
     at its latent seam where it has one (`tts.split`), else (or "clauses") whole."""
@@ -200,14 +200,15 @@ def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
     if decode == "chunked":
         try:
             split = load_split(model, threads=threads, cache_dir=cache_dir, vocoder=vocoder,
-                               chunks_s=chunks_s, config_path=files.config_path)
+                               flow=flow, chunks_s=chunks_s, config_path=files.config_path)
         except OnnxError as exc:  # the whole graph below, or its own typed error
             log.warning("tts_split_unloadable", voice=files.name, path=str(model), error=str(exc))
     if split is not None:
         log.info("voice_loaded", voice=files.name, precision=chosen, threads=threads,
-                 decode="chunked", vocoder=split.vocoder)
+                 decode="chunked", vocoder=split.vocoder, flow=split.flow_precision)
         return Voice(files.name, config, None, chosen, language, split=split,
-                     model_id=f"{model_id(files.name, chosen, model)}:{split.vocoder}")
+                     model_id=f"{model_id(files.name, chosen, model)}:{split.vocoder}"
+                     f":flow-{split.flow_precision}")
     rewrite = decoder_rewrite(threads)
     try:  # weights memory-mapped from the cache: one copy per box, not per worker
         session = create_session(model, threads=threads, cache_dir=cache_dir, rewrite=rewrite,
