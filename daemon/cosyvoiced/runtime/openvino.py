@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,13 +65,69 @@ class OvSession:
         return [np.array(by_name[n], copy=True) for n in names]
 
 
-def create_ov_sessions(model: str | os.PathLike[str] | io.BytesIO, *,
+def _ir_path(cache_dir: str | os.PathLike[str], key: str,
+             dims: Mapping[str, Sequence[int]]) -> Path:
+    """Where the graph named `key`, converted for input `dims`, is kept as OpenVINO IR."""
+    import hashlib
+
+    import openvino as ov
+
+    tag = hashlib.sha256(repr(sorted((k, list(v)) for k, v in dims.items())).encode())
+    return (Path(cache_dir) / "openvino" /
+            f"{key}-{tag.hexdigest()[:12]}-ov{ov.get_version().split('-')[0]}.xml")
+
+
+def _save_ir(model: Any, path: Path) -> None:
+    """Keep a converted graph as IR (its .bin first, the .xml last: an .xml means both are
+    whole); a cache that cannot be written only costs the next start the conversion."""
+    import openvino as ov
+
+    tmp = path.with_name(f".{path.stem}-{os.getpid()}.xml")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        ov.save_model(model, str(tmp), compress_to_fp16=False)
+        os.replace(tmp.with_suffix(".bin"), path.with_suffix(".bin"))
+        os.replace(tmp, path)
+    except (OSError, RuntimeError) as exc:
+        log.warning("openvino_ir_unwritable", path=str(path), error=str(exc))
+        for leftover in (tmp, tmp.with_suffix(".bin")):
+            leftover.unlink(missing_ok=True)
+
+
+def _read(model: str | os.PathLike[str] | io.BytesIO | Callable[[], bytes],
+          dims: Mapping[str, Sequence[int]], cache_dir: str | os.PathLike[str] | None,
+          key: str | None) -> Any:
+    """The graph as an OpenVINO model with the ranks of `dims`: its IR kept under
+    `cache_dir` where there is one for `key`, else converted from ONNX (~1.2 s for the
+    bundled voice's flow or decoder) and kept there."""
+    import openvino as ov
+
+    ir = _ir_path(cache_dir, key, dims) if cache_dir is not None and key else None
+    if ir is not None and ir.is_file():
+        try:
+            return ov.Core().read_model(str(ir))
+        except RuntimeError as exc:
+            log.warning("openvino_ir_unreadable", path=str(ir), error=str(exc))
+    source = model() if callable(model) else model
+    read = ov.convert_model(io.BytesIO(source) if isinstance(source, bytes) else
+                            source if isinstance(source, io.BytesIO) else str(source),
+                            input=[(name, ov.PartialShape(list(d))) for name, d in dims.items()])
+    if ir is not None:
+        _save_ir(read, ir)
+    return read
+
+
+def create_ov_sessions(model: str | os.PathLike[str] | io.BytesIO | Callable[[], bytes], *,
                        shapes: Sequence[Mapping[str, Sequence[int]]], threads: int = 1,
                        precision: str = "bf16",
-                       cache_dir: str | os.PathLike[str] | None = None) -> list[OvSession]:
-    """`model` (an ONNX file, or its bytes) read once and compiled for OpenVINO's CPU
-    plugin at `precision` (bf16 | f32) for each set of input `shapes` (static: the plugin
-    builds kernels per shape); errors through the ONNX error gate."""
+                       cache_dir: str | os.PathLike[str] | None = None,
+                       key: str | None = None) -> list[OvSession]:
+    """`model` (an ONNX file, its bytes, or what makes them) read once and compiled for
+    OpenVINO's CPU plugin at `precision` (bf16 | f32) for each set of input `shapes`
+    (static: the plugin builds kernels per shape; -1: a dynamic axis); errors through the
+    ONNX error gate. With `cache_dir`, compiled blobs are kept there and, where `key` names
+    the graph (its source and any rewrite), the converted graph too: a later start neither
+    makes nor converts the ONNX graph."""
     try:
         import openvino as ov
     except ImportError as exc:
@@ -91,16 +147,14 @@ def create_ov_sessions(model: str | os.PathLike[str] | io.BytesIO, *,
         except RuntimeError as exc:  # read-only or full: compile every start instead
             log.warning("openvino_cache_unwritable", path=str(cache_dir), error=str(exc))
     try:
-        read = ov.convert_model(model if isinstance(model, io.BytesIO) else str(model),
-                                input=[(name, ov.PartialShape(list(dims)))  # ranks known
-                                       for name, dims in shapes[0].items()])
+        read = _read(model, shapes[0], cache_dir, key)
         sessions = []
         for shape in shapes:
             one = read.clone()
             one.reshape({name: ov.PartialShape(list(dims)) for name, dims in shape.items()})
             sessions.append(OvSession(core.compile_model(one, "CPU", config), precision))
     except Exception as exc:  # the plugin's errors are RuntimeErrors of every kind
-        what = "the graph" if isinstance(model, io.BytesIO) else str(model)
+        what = str(model) if isinstance(model, (str, os.PathLike)) else "the graph"
         raise OnnxError(f"OpenVINO could not compile {what}: {exc}",
                         code="openvino_compile") from exc
     return sessions

@@ -22,7 +22,6 @@ gate of `tools.judge` (WER and DNSMOS against FP32; docs/performance.md).
 
 from __future__ import annotations
 
-import io
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -101,11 +100,11 @@ def _measure(fp32: Any, fast: Any, inputs: Mapping[str, np.ndarray], ref: np.nda
 
 def pick_flow(setting: str, fp32: Any, graph: Callable[[], bytes],
               inputs: Mapping[str, np.ndarray] | None, *, threads: int,
-              cache_dir: str | None, model: str, verdict: Path | None = None
-              ) -> tuple[Any, str]:
+              cache_dir: str | None, model: str, verdict: Path | None = None,
+              key: str | None = None) -> tuple[Any, str]:
     """(the flow session to run, "bf16" | "fp32") for a voice: see the module doc.
     `fp32`: its ONNX Runtime session; `graph()`: the flow graph for OpenVINO, made only
-    where it is tried; `inputs`: the flow's inputs for the probe sentence (None: no probe,
+    where it is tried and not kept converted under `cache_dir` by its `key`; `inputs`: the flow's inputs for the probe sentence (None: no probe,
     FP32)."""
     flags = cpu_flags()
     wanted = setting == "bf16" or (setting == "auto" and bf16_flag(flags) is not None)
@@ -130,9 +129,9 @@ def pick_flow(setting: str, fp32: Any, graph: Callable[[], bytes],
     try:
         dims = {k: [*x.shape[:-1], -1] if k in timed else list(x.shape)
                 for k, x in inputs.items()}
-        fast = PaddedFlow(create_ov_sessions(io.BytesIO(graph()), shapes=[dims],
-                                             threads=threads, precision="bf16",
-                                             cache_dir=cache_dir)[0], timed)
+        fast = PaddedFlow(create_ov_sessions(graph, shapes=[dims], threads=threads,
+                                             precision="bf16", cache_dir=cache_dir,
+                                             key=key)[0], timed)
         snr, ratio = known if known is not None else _measure(fp32, fast, inputs, ref)
     except OnnxError as exc:
         log.warning("tts_flow", model=model, precision="fp32", reason=str(exc))

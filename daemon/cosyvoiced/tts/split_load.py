@@ -7,7 +7,8 @@ no copy of the weights beside the memory-mapped ones of its sessions), makes the
 sessions through the one factory (the decoder with the voice's 2-D rewrite; no ORT arena:
 a worker does not keep the largest chunk's activations between runs), checks on a
 probe sentence that chunks with trimmed contexts join to the whole (`_trim_contexts`)
-and picks the vocoder's precision (`tts.vocoder`). What it returns runs in `tts.split`.
+and picks the vocoder's and the flow's precision (`tts.vocoder`, `tts.flow`). What it
+returns runs in `tts.split`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import structlog
 
 from cosyvoiced.runtime.onnx import create_session, file_sha256, write_cache_file
 from cosyvoiced.tts.flow_precision import FLOW_PAD, pick_flow
-from cosyvoiced.tts.graph import DECODER, decoder_rewrite
+from cosyvoiced.tts.graph import DECODER, DECODER_2D, decoder_rewrite
 from cosyvoiced.tts.receptive import ReceptiveField, receptive_field
 from cosyvoiced.tts.seam import (
     FLOW,
@@ -231,7 +232,8 @@ def load_split(model_path: str | os.PathLike[str], *, threads: int = 1,
                cache_dir: str | os.PathLike[str] | None = None,
                prefix: str = DECODER, flow_prefix: str = FLOW,
                vocoder: str = "fp32", flow: str = "fp32",
-               chunks_s: tuple[float, ...] = (0.25, 1.0), config_path: str | os.PathLike[str] | None = None) -> SplitVoice | None:
+               chunks_s: tuple[float, ...] = (0.25, 1.0),
+               config_path: str | os.PathLike[str] | None = None) -> SplitVoice | None:
     """The voice at `model_path` as front + flow + decoder sessions (the flow in the front
     where it cannot be split off), or None (logged: the caller keeps the whole graph)
     where it has no seam or its decoder's reach is not known. Chunks decode with trimmed
@@ -375,14 +377,15 @@ def _checked(voice: SplitVoice, model_path: str, paths: SplitPaths | None,
     voice.fast, voice.vocoder = pick_decoder(
         settings[0], voice.decoder, lambda: decoder_2d(graph("decoder")),
         voice.latent(probe[0]) if probe is not None else None, seam.latent, sizes,
-        threads=threads, cache_dir=where, model=model_path, verdict=verdict("vocoder", sizes))
+        threads=threads, cache_dir=where, model=model_path, verdict=verdict("vocoder", sizes),
+        key=f"{paths.decoder.stem}-{DECODER_2D.tag}" if paths else None)
     if voice.flow is not None and voice.flow_seam is not None:
         inputs = voice.sentence(probe[0]).inputs if probe is not None else {}
         voice.flow, voice.flow_precision = pick_flow(
             settings[1], voice.flow, lambda: graph("flow").SerializeToString(),
             {k: inputs[k] for k in voice.flow_seam.inputs} if inputs else None,
             threads=threads, cache_dir=where, model=model_path,
-            verdict=verdict("flow", [FLOW_PAD]))
+            verdict=verdict("flow", [FLOW_PAD]), key=paths.flow.stem if paths else None)
     flow = None if flow_field is None else voice.flow_context or (flow_field.left,
                                                                   flow_field.right)
     log.info("tts_decode_path", model=model_path, path="split", latent=seam.latent,

@@ -26,7 +26,6 @@ Runtime. Listening and WER figures of bf16 against FP32 are in docs/performance.
 
 from __future__ import annotations
 
-import io
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -154,11 +153,13 @@ def decoder_2d(decoder: Any) -> bytes:
 def pick_decoder(setting: str, fp32: Any, decoder: Callable[[], bytes],
                  inputs: Mapping[str, np.ndarray] | None,
                  latent: str, sizes: list[int], *, threads: int, cache_dir: str | None,
-                 model: str, verdict: Path | None = None) -> tuple[dict[int, Any], str]:
+                 model: str, verdict: Path | None = None, key: str | None = None
+                 ) -> tuple[dict[int, Any], str]:
     """({window frames: bf16 decoder}, "bf16"), or ({}, "fp32"), for a voice: see the module
-    doc. `decoder()`: the decoder graph for OpenVINO, made only where it is tried. `inputs`: the decoder's inputs for the probe sentence (None: no probe, FP32).
-    `verdict`: where the measured SNR and time ratio are kept for this CPU (later starts
-    read them instead of timing again)."""
+    doc. `decoder()`: the decoder graph for OpenVINO, made only where it is tried and not
+    kept converted under `cache_dir` by its `key`. `inputs`: the decoder's inputs for the
+    probe sentence (None: no probe, FP32). `verdict`: where the measured SNR and time ratio
+    are kept for this CPU (later starts read them instead of timing again)."""
     flags = cpu_flags()
     wanted = setting == "bf16" or (setting == "auto" and bf16_flag(flags) is not None)
     if not wanted or inputs is None:
@@ -173,9 +174,9 @@ def pick_decoder(setting: str, fp32: Any, decoder: Callable[[], bytes],
         return {}, "fp32"
     order = sorted(set(sizes))
     try:
-        built = create_ov_sessions(io.BytesIO(decoder()), shapes=[
+        built = create_ov_sessions(decoder, shapes=[
             {name: list(a.shape) for name, a in window(inputs, latent, size).items()}
-            for size in order], threads=threads, precision="bf16", cache_dir=cache_dir)
+            for size in order], threads=threads, precision="bf16", cache_dir=cache_dir, key=key)
         fast = dict(zip(order, built, strict=True))
         snr, ratio = known if known is not None else _measure(fp32, fast, inputs, latent)
     except OnnxError as exc:
