@@ -41,6 +41,8 @@ lint: $(BIN)/.stamp-test
 # the peers, into its own section and docs/loadgen/script/.
 bench: $(BIN)/.stamp-test
 	for s in tts download prompts io streams features asr language listen calls encode scaleout memory; do $(BIN)/python -m tools.bench $$s || true; done
+	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --mix tts=1 \
+		--peers piper-http,wyoming-piper,cosyvoiced-noadmit --nice -10 --out var/loadgen-tts --docs
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --mix tts=2,call=1,wyoming=1 \
 		--idle-calls 60 --peers piper-http,wyoming-piper,cosyvoiced-noadmit --nice -10 --docs
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --text script \

@@ -37,7 +37,9 @@ its child processes (/proc/PID/smaps_rollup), per-worker busy fraction (/v1/stat
 load average. Output under `--out`: loadgen.json, loadgen.md, latency.png,
 resources.png, failures.png; `--docs` also writes the Markdown between the
 `<!-- loadgen:begin -->` / `<!-- loadgen:end -->` markers of docs/performance.md and the
-plots under docs/loadgen/ (which that page shows).
+plots under docs/loadgen/ (which that page shows); a TTS-only run (`--mix tts=1`) and the
+call-center script (`--text script`) have their own (`loadgen-tts`, `loadgen-script`;
+docs/loadgen/tts/, docs/loadgen/script/).
 """
 
 from __future__ import annotations
@@ -291,16 +293,25 @@ def publish(args: argparse.Namespace, doc: dict) -> int:
     (args.out / "loadgen.md").write_text(report.markdown(doc, "."))
     print(report.markdown(doc, None))
     if args.docs:
-        script = doc.get("text") == "script"  # its own section and plots
-        sub = "loadgen/script" if script else "loadgen"
+        kind = section(doc)  # its own section and plots
+        sub = f"loadgen/{kind}" if kind else "loadgen"
         plots = REPO / "docs" / sub
         plots.mkdir(parents=True, exist_ok=True)
         for n in report.PLOTS:
             shutil.copy(args.out / n, plots / n)
         # image links relative to docs/performance.md
         report.update_docs(REPO / "docs" / "performance.md", report.markdown(doc, sub),
-                           "loadgen-script" if script else "loadgen")
+                           f"loadgen-{kind}" if kind else "loadgen")
     return 0
+
+
+def section(doc: dict) -> str:
+    """Which section of docs/performance.md a run goes to: "script" (the call-center script
+    mix), "tts" (unique-text TTS only), "" (any other mix)."""
+    if doc.get("text") == "script":
+        return "script"
+    mixes = {",".join(r["mix"]) for r in doc["ramps"] if r["server"].startswith("cosyvoiced")}
+    return "tts" if mixes == {"tts=1"} else ""
 
 
 def main(argv: list[str] | None = None) -> int:

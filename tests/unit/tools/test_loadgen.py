@@ -422,6 +422,23 @@ def test_docs_flag_targets_the_performance_page_and_its_markers(lg, repo_root):
     page = (repo_root / "docs" / "performance.md").read_text()
     assert page.index(lg.report.BEGIN) < page.index(lg.report.END)
     assert lg.report.BEGIN not in (repo_root / "README.md").read_text()
+    # each kind of run has its own section: make bench publishes all three in one go
+    for name in ("loadgen-tts", "loadgen", "loadgen-script"):
+        begin, end = lg.report.markers(name)
+        assert page.index(begin) < page.index(end)
+
+
+def test_a_run_goes_to_the_section_of_its_kind(lg):
+    from tools.loadgen.cli import section
+
+    def doc(*mixes: list[str], **kw: str) -> dict:
+        ramps = [{"server": s, "mix": m} for s, m in zip(
+            ("cosyvoiced", "cosyvoiced-noadmit", "piper-http"), mixes, strict=False)]
+        return {"ramps": ramps, **kw}
+
+    assert section(doc(["tts=1"], ["tts=1"], ["piper=1"])) == "tts"
+    assert section(doc(["tts=2", "call=1", "wyoming=1"], ["tts=1"])) == ""
+    assert section(doc(["tts=1"], text="script")) == "script"
 
 
 # --- a short ramp against a fake server -------------------------------------------------
