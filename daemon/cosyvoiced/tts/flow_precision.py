@@ -104,8 +104,8 @@ def pick_flow(setting: str, fp32: Any, graph: Callable[[], bytes],
               key: str | None = None) -> tuple[Any, str]:
     """(the flow session to run, "bf16" | "fp32") for a voice: see the module doc.
     `fp32`: its ONNX Runtime session; `graph()`: the flow graph for OpenVINO, made only
-    where it is tried and not kept converted under `cache_dir` by its `key`; `inputs`: the flow's inputs for the probe sentence (None: no probe,
-    FP32)."""
+    where it is tried and not kept converted under `cache_dir` by its `key`; `inputs`: the
+    flow's inputs for the probe sentence (None: no probe, FP32)."""
     flags = cpu_flags()
     wanted = setting == "bf16" or (setting == "auto" and bf16_flag(flags) is not None)
     if not wanted or inputs is None:
