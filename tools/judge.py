@@ -8,7 +8,8 @@ numbers are written would dominate raw WER otherwise).
 
 Systems (`--systems`): `cosyvoiced` (its streaming engine, default config),
 `cosyvoiced-clauses` (the same engine on the old cut-clause path), `cosyvoiced-fp32` and
-`cosyvoiced-bf16` (its vocoder in FP32 on ONNX Runtime, or in bf16 through OpenVINO), `piper` (Piper's own
+`cosyvoiced-bf16` (its vocoder in FP32 on ONNX Runtime, or in bf16 through OpenVINO; the
+flow FP32), `cosyvoiced-bf16-flow` (vocoder and flow in bf16), `piper` (Piper's own
 `PiperVoice.synthesize` of the written text, the voice's noise scales) and
 `piper-normalized` (Piper fed cosyvoiced's normalized text). Every system is scored
 against the same reference, cosyvoiced's normalized (spoken) text.
