@@ -4,10 +4,11 @@ are a worker kill's, the log tail."""
 from __future__ import annotations
 
 import json
+import os
 
 from tools.soak.answers import Outcome, http_outcome, is_bad
 from tools.soak.honest import CallResult, HonestResult
-from tools.soak.probe import LogTail
+from tools.soak.probe import LogTail, open_fds
 from tools.soak.windows import KILL_GRACE_S, Window, unlogged
 
 
@@ -80,3 +81,14 @@ def test_hostile_drops_are_matched_to_log_lines_over_the_run():
     assert unlogged([w1, w2]) == {"wyoming_idle_timeout": (2, 1)}
     w2.events.append({"event": "wyoming_idle_timeout"})
     assert unlogged([w1, w2]) == {}
+
+
+def test_open_fds_leave_the_model_cache_out(tmp_path):
+    cache = tmp_path / "cache"
+    (cache / "openvino").mkdir(parents=True)
+    (cache / "openvino" / "1.blob").write_bytes(b"x")
+    (tmp_path / "ring").write_bytes(b"x")
+    before = open_fds([os.getpid()], skip=cache)
+    with open(cache / "openvino" / "1.blob", "rb"), open(tmp_path / "ring", "rb"):
+        assert open_fds([os.getpid()], skip=cache) == before + 1  # the ring only
+        assert open_fds([os.getpid()], skip=tmp_path / "elsewhere") == before + 2
