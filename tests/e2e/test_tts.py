@@ -332,25 +332,29 @@ def test_a_bf16_vocoder_speaks_what_fp32_speaks(cache_dir):
         assert snr_db(ref, out) > 25.0
 
 
-def test_auto_vocoder_follows_the_cpu_and_says_why(cache_dir):
+@pytest.mark.parametrize(("setting", "event", "chosen"), [
+    ("vocoder", "tts_vocoder", "vocoder"), ("flow", "tts_flow", "flow_precision")])
+def test_auto_bf16_follows_the_cpu_and_says_why(cache_dir, setting, event, chosen):
     from cosyvoiced.runtime.onnx import cpu_flags
     from cosyvoiced.runtime.openvino import bf16_flag
 
     def load() -> tuple[Any, dict[str, Any]]:
         # the events themselves: whichever sink an earlier test left logging set up with
         with structlog.testing.capture_logs() as logs:
-            voice = TtsEngine(TtsConfig(precision="fp32", vocoder="auto", warmup=False,
-                                        cache_mb=0), cache_dir=cache_dir).voice()
-        said = [e for e in logs if e["event"] == "tts_vocoder"]
+            voice = TtsEngine(TtsConfig(precision="fp32", warmup=False, cache_mb=0,
+                                        **{setting: "auto"}), cache_dir=cache_dir).voice()
+        said = [e for e in logs if e["event"] == event]
         assert len(said) == 1, logs
         return voice, said[0]
 
     voice, said = load()
-    assert said["precision"] == voice.split.vocoder
+    assert said["precision"] == getattr(voice.split, chosen)
     if bf16_flag(cpu_flags()) is None:
-        assert voice.split.vocoder == "fp32" and "no amx_bf16 or avx512_bf16" in said["reason"]
+        assert getattr(voice.split, chosen) == "fp32"
+        assert "no amx_bf16 or avx512_bf16" in said["reason"]
     else:  # bf16 only if it measured faster here and close to fp32: either way, said
-        assert voice.split.vocoder in ("fp32", "bf16") and "time_vs_fp32" in said
+        assert getattr(voice.split, chosen) in ("fp32", "bf16")
+        assert "time_vs_fp32" in said and "snr_db" in said
         again, said = load()
-        assert again.split.vocoder == voice.split.vocoder  # the verdict kept for this CPU
+        assert getattr(again.split, chosen) == getattr(voice.split, chosen)  # kept for this CPU
         assert said["measured"] == "before"

@@ -10,6 +10,7 @@ front stays FP32 in ONNX Runtime, since bf16 moves frame counts.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -68,8 +69,6 @@ class OvSession:
 def _ir_path(cache_dir: str | os.PathLike[str], key: str,
              dims: Mapping[str, Sequence[int]]) -> Path:
     """Where the graph named `key`, converted for input `dims`, is kept as OpenVINO IR."""
-    import hashlib
-
     import openvino as ov
 
     tag = hashlib.sha256(repr(sorted((k, list(v)) for k, v in dims.items())).encode())

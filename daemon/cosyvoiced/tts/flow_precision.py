@@ -30,9 +30,9 @@ from typing import Any
 import numpy as np
 import structlog
 
-from cosyvoiced.runtime.onnx import OnnxError, cpu_flags, run
-from cosyvoiced.runtime.openvino import bf16_flag, create_ov_sessions
-from cosyvoiced.tts.vocoder import TIMED_RUNS, choose, keep_verdict, read_verdict, snr_db
+from cosyvoiced.runtime.onnx import OnnxError, run
+from cosyvoiced.runtime.openvino import create_ov_sessions
+from cosyvoiced.tts.vocoder import TIMED_RUNS, concluded, settled, snr_db
 
 log = structlog.get_logger(__name__)
 
@@ -106,17 +106,8 @@ def pick_flow(setting: str, fp32: Any, graph: Callable[[], bytes],
     `fp32`: its ONNX Runtime session; `graph()`: the flow graph for OpenVINO, made only
     where it is tried and not kept converted under `cache_dir` by its `key`; `inputs`: the
     flow's inputs for the probe sentence (None: no probe, FP32)."""
-    flags = cpu_flags()
-    wanted = setting == "bf16" or (setting == "auto" and bf16_flag(flags) is not None)
-    if not wanted or inputs is None:
-        reason = choose(setting, flags, None, None)[1] if not wanted else "no probe sentence"
-        log.info("tts_flow", model=model, precision="fp32", reason=reason)
-        return fp32, "fp32"
-    known = read_verdict(verdict)
-    if known is not None and choose(setting, flags, *known)[0] == "fp32":
-        log.info("tts_flow", model=model, precision="fp32",
-                 reason=choose(setting, flags, *known)[1], snr_db=round(known[0], 1),
-                 time_vs_fp32=round(known[1], 3), measured="before")
+    go, known = settled(setting, verdict, "tts_flow", model, inputs is not None)
+    if not go or inputs is None:
         return fp32, "fp32"
     frames = int(next(iter(inputs.values())).shape[-1])  # z_p first
     timed = timed_inputs(inputs, frames)
@@ -136,10 +127,6 @@ def pick_flow(setting: str, fp32: Any, graph: Callable[[], bytes],
     except OnnxError as exc:
         log.warning("tts_flow", model=model, precision="fp32", reason=str(exc))
         return fp32, "fp32"
-    if known is None:
-        keep_verdict(verdict, snr, ratio, "tts_flow")
-    precision, reason = choose(setting, flags, snr, ratio)
-    log.info("tts_flow", model=model, precision=precision, reason=reason,
-             snr_db=round(float(snr), 1), time_vs_fp32=round(ratio, 3), pad=FLOW_PAD,
-             measured="before" if known is not None else "now")
-    return (fast, "bf16") if precision == "bf16" else (fp32, "fp32")
+    if concluded(setting, verdict, known, snr, ratio, "tts_flow", model, pad=FLOW_PAD):
+        return fast, "bf16"
+    return fp32, "fp32"

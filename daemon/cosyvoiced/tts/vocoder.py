@@ -102,8 +102,8 @@ def verdict_path(contexts: Path, threads: int, sizes: list[int], kind: str = "vo
     return contexts.with_name(contexts.name.split("-contexts-")[0] + f"-{kind}-{tag}.json")
 
 
-def read_verdict(path: Path | None) -> tuple[float, float] | None:
-    """(SNR dB, time ratio) kept at `path` by `keep_verdict`, or None."""
+def _read_verdict(path: Path | None) -> tuple[float, float] | None:
+    """(SNR dB, time ratio) kept at `path` by `_keep_verdict`, or None."""
     try:
         snr, ratio = json.loads(path.read_text(encoding="utf-8")) if path else (None, None)
     except (OSError, ValueError, TypeError):
@@ -112,8 +112,8 @@ def read_verdict(path: Path | None) -> tuple[float, float] | None:
         else None
 
 
-def keep_verdict(path: Path | None, snr: float, ratio: float, what: str) -> None:
-    """Keep what was measured for later starts on this CPU (`read_verdict`)."""
+def _keep_verdict(path: Path | None, snr: float, ratio: float, what: str) -> None:
+    """Keep what was measured for later starts on this CPU (`_read_verdict`)."""
     if path is not None:
         text = json.dumps([round(float(snr), 2), round(float(ratio), 4)])
         write_cache_file(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"),
@@ -150,6 +150,39 @@ def decoder_2d(decoder: Any) -> bytes:
     return model.SerializeToString()
 
 
+def settled(setting: str, verdict: Path | None, event: str, model: str, probed: bool
+            ) -> tuple[bool, tuple[float, float] | None]:
+    """Before building a bf16 engine: (whether to try it, the verdict kept for this CPU).
+    Not tried (logged `event` with the reason) where the setting or the CPU rules bf16
+    out, there is no probe sentence, or the kept verdict already said FP32."""
+    flags = cpu_flags()
+    wanted = setting == "bf16" or (setting == "auto" and bf16_flag(flags) is not None)
+    if not wanted or not probed:
+        reason = choose(setting, flags, None, None)[1] if not wanted else "no probe sentence"
+        log.info(event, model=model, precision="fp32", reason=reason)
+        return False, None
+    known = _read_verdict(verdict)
+    if known is not None and choose(setting, flags, *known)[0] == "fp32":
+        log.info(event, model=model, precision="fp32", reason=choose(setting, flags,
+                 *known)[1], snr_db=round(known[0], 1), time_vs_fp32=round(known[1], 3),
+                 measured="before")
+        return False, known
+    return True, known
+
+
+def concluded(setting: str, verdict: Path | None, known: tuple[float, float] | None,
+              snr: float, ratio: float, event: str, model: str, **said: Any) -> bool:
+    """After measuring (or reading `known`): keep a new verdict, log `event` with the
+    choice and its reason (and `said`); True where bf16 is taken."""
+    if known is None:
+        _keep_verdict(verdict, snr, ratio, event)
+    precision, reason = choose(setting, cpu_flags(), snr, ratio)
+    log.info(event, model=model, precision=precision, reason=reason,
+             snr_db=round(float(snr), 1), time_vs_fp32=round(ratio, 3), **said,
+             measured="before" if known is not None else "now")
+    return precision == "bf16"
+
+
 def pick_decoder(setting: str, fp32: Any, decoder: Callable[[], bytes],
                  inputs: Mapping[str, np.ndarray] | None,
                  latent: str, sizes: list[int], *, threads: int, cache_dir: str | None,
@@ -160,17 +193,8 @@ def pick_decoder(setting: str, fp32: Any, decoder: Callable[[], bytes],
     kept converted under `cache_dir` by its `key`. `inputs`: the decoder's inputs for the
     probe sentence (None: no probe, FP32). `verdict`: where the measured SNR and time ratio
     are kept for this CPU (later starts read them instead of timing again)."""
-    flags = cpu_flags()
-    wanted = setting == "bf16" or (setting == "auto" and bf16_flag(flags) is not None)
-    if not wanted or inputs is None:
-        reason = choose(setting, flags, None, None)[1] if not wanted else "no probe sentence"
-        log.info("tts_vocoder", model=model, precision="fp32", reason=reason)
-        return {}, "fp32"
-    known = read_verdict(verdict)
-    if known is not None and choose(setting, flags, *known)[0] == "fp32":
-        log.info("tts_vocoder", model=model, precision="fp32", reason=choose(setting, flags,
-                 *known)[1], snr_db=round(known[0], 1), time_vs_fp32=round(known[1], 3),
-                 measured="before")
+    go, known = settled(setting, verdict, "tts_vocoder", model, inputs is not None)
+    if not go or inputs is None:
         return {}, "fp32"
     order = sorted(set(sizes))
     try:
@@ -182,10 +206,6 @@ def pick_decoder(setting: str, fp32: Any, decoder: Callable[[], bytes],
     except OnnxError as exc:
         log.warning("tts_vocoder", model=model, precision="fp32", reason=str(exc))
         return {}, "fp32"
-    if known is None:
-        keep_verdict(verdict, snr, ratio, "tts_vocoder")
-    precision, reason = choose(setting, flags, snr, ratio)
-    log.info("tts_vocoder", model=model, precision=precision, reason=reason,
-             snr_db=round(float(snr), 1), time_vs_fp32=round(ratio, 3), windows=order,
-             measured="before" if known is not None else "now")
-    return (fast, "bf16") if precision == "bf16" else ({}, "fp32")
+    if concluded(setting, verdict, known, snr, ratio, "tts_vocoder", model, windows=order):
+        return fast, "bf16"
+    return {}, "fp32"
