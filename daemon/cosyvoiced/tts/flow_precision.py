@@ -127,6 +127,7 @@ def pick_flow(setting: str, fp32: Any, graph: Callable[[], bytes],
     except OnnxError as exc:
         log.warning("tts_flow", model=model, precision="fp32", reason=str(exc))
         return fp32, "fp32"
-    if concluded(setting, verdict, known, snr, ratio, "tts_flow", model, pad=FLOW_PAD):
+    if concluded(setting, verdict, known, snr, ratio, "tts_flow", model,
+                 f"padded to x{FLOW_PAD}"):
         return fast, "bf16"
     return fp32, "fp32"

@@ -171,14 +171,14 @@ def settled(setting: str, verdict: Path | None, event: str, model: str, probed: 
 
 
 def concluded(setting: str, verdict: Path | None, known: tuple[float, float] | None,
-              snr: float, ratio: float, event: str, model: str, **said: Any) -> bool:
+              snr: float, ratio: float, event: str, model: str, shapes: object) -> bool:
     """After measuring (or reading `known`): keep a new verdict, log `event` with the
-    choice and its reason (and `said`); True where bf16 is taken."""
+    choice, its reason and the `shapes` it was built for; True where bf16 is taken."""
     if known is None:
         _keep_verdict(verdict, snr, ratio, event)
     precision, reason = choose(setting, cpu_flags(), snr, ratio)
     log.info(event, model=model, precision=precision, reason=reason,
-             snr_db=round(float(snr), 1), time_vs_fp32=round(ratio, 3), **said,
+             snr_db=round(float(snr), 1), time_vs_fp32=round(ratio, 3), shapes=shapes,
              measured="before" if known is not None else "now")
     return precision == "bf16"
 
@@ -206,6 +206,6 @@ def pick_decoder(setting: str, fp32: Any, decoder: Callable[[], bytes],
     except OnnxError as exc:
         log.warning("tts_vocoder", model=model, precision="fp32", reason=str(exc))
         return {}, "fp32"
-    if concluded(setting, verdict, known, snr, ratio, "tts_vocoder", model, windows=order):
+    if concluded(setting, verdict, known, snr, ratio, "tts_vocoder", model, order):
         return fast, "bf16"
     return {}, "fp32"
