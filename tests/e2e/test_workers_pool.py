@@ -102,6 +102,7 @@ def test_kill_9_a_worker_while_10_streams_synthesize(pool_runner):
         with pytest.raises(WorkerError) as err:
             runner.call(h.wait(requests[h.stream_id]), 10)
         assert err.value.code == "worker_lost"
+        assert "(signal SIGKILL)" in str(err.value)  # how it died, for the operator
     # the other worker's streams finish intact: every sample synthesized was heard
     for h in on[1]:
         done = runner.call(h.wait(requests[h.stream_id]), 120)

@@ -21,6 +21,11 @@ from cosyvoiced.workers.errors import StreamClosed, WorkerError, WorkerLost
 _request_ids = itertools.count(1)
 
 
+def _died(worker: int, how: str) -> str:
+    """The start of a worker_lost message: which worker died, and how if known."""
+    return f"worker {worker} died" + (f" ({how})" if how else "")
+
+
 class StreamHost(Protocol):
     """What a handle needs from the pool that opened it."""
 
@@ -68,8 +73,9 @@ class StreamHandle:
         """A worker event for this stream (on the loop; the supervisor schedules it)."""
         self.events.put_nowait(msg)
 
-    def worker_lost(self) -> None:
-        """The worker under this stream died (on the loop; the supervisor schedules it)."""
+    def worker_lost(self, how: str = "") -> None:
+        """The worker under this stream died, `how` (on the loop; the supervisor schedules
+        it)."""
         self.lost += 1
 
     async def close(self) -> None:
@@ -150,12 +156,13 @@ class TtsHandle(StreamHandle):
         if not self.outstanding:
             self.host.speaking_changed(self)
 
-    def worker_lost(self) -> None:
-        super().worker_lost()
-        self.ring.set_playing(False)  # the producer is gone; the new one starts clean
+    def worker_lost(self, how: str = "") -> None:
+        super().worker_lost(how)
+        if not self.closed:  # closed since the supervisor scheduled this: its ring is gone
+            self.ring.set_playing(False)  # the producer is gone; the new one starts clean
         for request_id in list(self.outstanding):
             msg = m.StreamError(self.stream_id, request_id, WorkerLost.code,
-                                f"worker {self.worker} died while synthesizing")
+                                f"{_died(self.worker, how)} while synthesizing")
             self.deliver(msg)
 
 
@@ -180,10 +187,10 @@ class ListenHandle(StreamHandle):
             return
         super().deliver(msg)
 
-    def worker_lost(self) -> None:
-        super().worker_lost()
+    def worker_lost(self, how: str = "") -> None:
+        super().worker_lost(how)
         self.deliver(m.StreamError(self.stream_id, -1, WorkerLost.code,
-                                    f"worker {self.worker} died; VAD state was reset"))
+                                    f"{_died(self.worker, how)}; VAD state was reset"))
         if self._flushed is not None and not self._flushed.done():
             self._flushed.set_result(False)
 

@@ -40,6 +40,8 @@ class Proc:
         self.ready_msg: m.Ready | None = None
         self.started_s = time.monotonic()
         self.dead = False
+        self.killed_for = ""
+        """Why the pool killed it (its death then says this, not just SIGKILL)."""
         self._lock = threading.Lock()
         self._start(child, setup.onnx_threads)
 

@@ -218,8 +218,8 @@ class Supervisor:
     def _on_death(self, p: Proc) -> None:
         p.proc.join(0.5)
         code = p.proc.exitcode
-        how = (f"signal {signal.Signals(-code).name}" if code is not None and code < 0
-               else f"exit code {code}")
+        how = p.killed_for or (f"signal {signal.Signals(-code).name}"
+                               if code is not None and code < 0 else f"exit code {code}")
         p.close()
         now = time.monotonic()
         if p is self.spare:
@@ -251,7 +251,7 @@ class Supervisor:
                   restarts=slot.restarts)
         for handle in handles:
             try:
-                handle.loop.call_soon_threadsafe(handle.worker_lost)
+                handle.loop.call_soon_threadsafe(handle.worker_lost, how)
             except RuntimeError:
                 pass
         self._replace(slot, now)
@@ -283,6 +283,7 @@ class Supervisor:
         for slot in self.slots:
             p = slot.proc
             if p is not None and p.ready and now - p.stats.heartbeat_s() > limit:
-                log.error("worker_hung", index=slot.index, pid=p.pid,
-                          silent_s=round(now - p.stats.heartbeat_s(), 3))
+                silent_s = round(now - p.stats.heartbeat_s(), 1)
+                log.error("worker_hung", index=slot.index, pid=p.pid, silent_s=silent_s)
+                p.killed_for = f"hung: no heartbeat for {silent_s} s, killed"
                 p.kill()
