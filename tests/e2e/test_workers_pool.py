@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -12,6 +15,7 @@ import pytest
 from cosyvoiced.testing.pace import PacedReader
 from cosyvoiced.workers.errors import WorkerError
 from cosyvoiced.workers.pool.cpus import format_cpu_list
+from cosyvoiced.workers.worker.affinity import SPARE_NICE
 from tests.fixtures.workers import make_runner
 
 TEXT = ("Thank you for calling. Your call is important to us, and an agent will be with "
@@ -88,7 +92,8 @@ def test_kill_9_a_worker_while_10_streams_synthesize(pool_runner):
     listeners = {h.stream_id: reader.add(h.stream_id, h.ring, h.rate_hz) for h in handles}
     requests = {h.stream_id: runner.call(h.say(TEXT)) for h in handles}
     wait_until(lambda: all(listeners[h.stream_id].first_audio_s for h in on[0]), 60, 0.02)
-    victim = pool.slots[0].proc
+    victim, spare = pool.slots[0].proc, pool.supervisor.spare
+    assert os.getpriority(os.PRIO_PROCESS, spare.pid) == SPARE_NICE  # warms up politely
     restarts = pool.restarts
     os.kill(victim.pid, signal.SIGKILL)
     t_kill = time.monotonic()
@@ -97,6 +102,7 @@ def test_kill_9_a_worker_while_10_streams_synthesize(pool_runner):
     assert back_s < 1.0, f"worker back after {back_s:.3f} s"
     assert pool.restarts == restarts + 1
     assert proc_cpus(pool.slots[0].proc.pid) == "0"
+    assert pool.slots[0].proc is spare and os.getpriority(os.PRIO_PROCESS, spare.pid) == 0
     # the killed worker's streams: a clear typed error, quickly
     for h in on[0]:
         with pytest.raises(WorkerError) as err:
@@ -134,3 +140,38 @@ def test_cancel_drops_queued_audio_at_once(pool_runner):
     assert h.ring.read_into(out) == 0  # the consumer's next read honours the flush
     assert not h.ring.playing
     runner.call(h.close())
+
+
+SPARE_PROBE = """
+import json, os, resource, signal, sys, time
+from dataclasses import replace
+from pathlib import Path
+from tests.fixtures.workers import TEST_WORKERS, PoolRunner
+resource.setrlimit(resource.RLIMIT_NICE, (0, 0))
+r = PoolRunner(replace(TEST_WORKERS, count=1, cpus="0"), Path(sys.argv[1]))
+pool, t0 = r.pool, time.monotonic()
+while not pool.supervisor.spare_ready() and time.monotonic() - t0 < 120:
+    time.sleep(0.1)
+spare = pool.supervisor.spare.pid
+nice = {"spare": os.getpriority(os.PRIO_PROCESS, spare)}
+os.kill(pool.slots[0].proc.pid, signal.SIGKILL)
+while not (pool.slots[0].proc and pool.slots[0].proc.pid == spare and pool.slots[0].proc.ready):
+    time.sleep(0.05)
+nice["adopted"] = os.getpriority(os.PRIO_PROCESS, spare)
+r.close()
+print(json.dumps(nice))
+"""
+
+
+def test_a_spare_that_could_not_return_to_nice_0_warms_up_at_it(onnx_cache, tmp_path):
+    """Without CAP_SYS_NICE and with RLIMIT_NICE 0 (root in a default container) a spare
+    niced to 19 could not renice itself back when it adopts a slot, and would serve at
+    19, starved by anything else on its core: it warms up at 0 instead, and the pool
+    says so once."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    out = subprocess.run(["setpriv", "--inh-caps=-sys_nice", "--bounding-set=-sys_nice",
+                          sys.executable, "-c", SPARE_PROBE, str(onnx_cache)],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"spare": 0, "adopted": 0}
+    assert "worker_spare_full_priority" in out.stdout + out.stderr

@@ -414,3 +414,22 @@ def test_lowered_threads_run_below_the_caller_and_others_keep_its_priority():
         go.set()
         for t in threads:
             t.join()
+
+
+@pytest.mark.parametrize(("rlimit", "cap_eff", "may"), [
+    (20, "0000000000000000", True),   # systemd LimitNICE=+0
+    (0, "000001fffeffffff", True),    # root with every capability
+    (0, "00000000a80425fb", False),   # root in a default container: no CAP_SYS_NICE
+    (10, "0000000000000000", False),  # down to nice 10 only
+])
+def test_may_renice_to_0_needs_the_rlimit_or_cap_sys_nice(monkeypatch, tmp_path, rlimit,
+                                                           cap_eff, may):
+    import resource
+
+    from cosyvoiced.workers.worker import affinity
+
+    status = tmp_path / "status"
+    status.write_text(f"Name:\tpython\nCapInh:\t0000000000000000\nCapEff:\t{cap_eff}\n")
+    monkeypatch.setattr(affinity, "STATUS", str(status))
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (rlimit, rlimit))
+    assert affinity.may_renice_to(0) is may

@@ -36,6 +36,7 @@ from cosyvoiced.workers.pool.handles import ListenHandle, StreamHandle, TtsHandl
 from cosyvoiced.workers.pool.procs import Slot, join_all
 from cosyvoiced.workers.pool.supervisor import Supervisor
 from cosyvoiced.workers.setup import WorkerSetup
+from cosyvoiced.workers.worker.affinity import may_renice_to
 
 log = structlog.get_logger(__name__)
 
@@ -150,6 +151,10 @@ class WorkerPool:
             self.health.register(WORKERS_PROBE, self.newest_heartbeat_s)
         if self.config.spare:  # a little later: not competing with the first requests
             self.supervisor.spawn_spare_in(SPARE_DELAY_S)
+            if not may_renice_to(0):  # the spare's own test (worker entry), said once here
+                log.warning("worker_spare_full_priority",
+                            note="no CAP_SYS_NICE and RLIMIT_NICE < 20: spares warm up at "
+                                 "the workers' priority (allow LimitNICE=+0)")
         log.info("workers_ready", count=len(self.slots), cpus=format_cpu_list(self.all_cpus),
                  onnx_threads=self.config.onnx_threads,
                  tts_rtf=[round(s.proc.ready_msg.tts_rtf, 4) for s in self.slots

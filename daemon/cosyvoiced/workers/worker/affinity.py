@@ -8,6 +8,7 @@ and the loop again when a spare adopts a slot.
 from __future__ import annotations
 
 import os
+import resource
 from collections.abc import Iterable
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -16,7 +17,11 @@ THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
 threads would only compete with ONNX Runtime's for the worker's cores)."""
 
 SPARE_NICE = 19
-"""A spare warms up at the lowest priority so it never slows the serving workers."""
+"""A spare warms up at the lowest priority so it never slows the serving workers (only
+where it may return to 0 when it adopts a slot: `may_renice_to`)."""
+CAP_SYS_NICE = 23
+"""Its bit in the CapEff line of /proc/<pid>/status (linux/capability.h)."""
+STATUS = "/proc/self/status"
 ASR_NICE = 5
 """How much lower than the worker's loop the Whisper decode threads run: on a shared
 core the kernel gives a TTS step or a VAD tick ~3/4 of the CPU while a batch decodes
@@ -51,6 +56,19 @@ def renice_all(nice: int, pid: int | str = "self") -> bool:
     except PermissionError:
         return False
     return True
+
+
+def may_renice_to(nice: int) -> bool:
+    """Whether this process may lower its threads' nice value to `nice` later: with
+    CAP_SYS_NICE, or an RLIMIT_NICE of at least 20 - nice (systemd's `LimitNICE=+0`).
+    Root in a container without CAP_SYS_NICE may not: a spare niced there would serve at
+    nice 19 after adopting a slot, starved by anything else on its core."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NICE)
+    if soft == resource.RLIM_INFINITY or soft >= 20 - nice:
+        return True
+    with open(STATUS) as f:
+        caps = next((line.split()[1] for line in f if line.startswith("CapEff:")), "0")
+    return bool(int(caps, 16) >> CAP_SYS_NICE & 1)
 
 
 def thread_count(pid: int | str = "self") -> int:

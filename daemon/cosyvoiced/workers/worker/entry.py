@@ -17,7 +17,13 @@ import signal
 from typing import Any
 
 from cosyvoiced.workers.setup import WorkerSetup
-from cosyvoiced.workers.worker.affinity import SPARE_NICE, pin_all_threads, renice_all, thread_env
+from cosyvoiced.workers.worker.affinity import (
+    SPARE_NICE,
+    may_renice_to,
+    pin_all_threads,
+    renice_all,
+    thread_env,
+)
 
 PR_SET_PDEATHSIG = 1
 
@@ -42,7 +48,7 @@ def worker_main(index: int, cpus: tuple[int, ...], conn: Any, stats_array: Any,
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.environ.update(thread_env(setup.onnx_threads))
     pin_all_threads(cpus)
-    if index < 0:
+    if index < 0 and may_renice_to(0):  # else it would serve at 19 once it adopts a slot
         renice_all(SPARE_NICE)  # before any thread exists: they all inherit it
     from cosyvoiced.workers.worker.loop import Worker
 
