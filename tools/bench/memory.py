@@ -1,8 +1,9 @@
 """Suite `memory`: what one more inference worker costs in memory (PSS), and where it goes.
 
 1. The daemon (dev config, no warm spare, the prompt cache off) started with 1, then 2
-   inference workers on CPUs 0-1; one short TTS request served over HTTP, a few seconds
-   to settle, then the PSS of its process tree (each process's /proc/PID/smaps_rollup
+   inference workers on CPUs 0-1; a short and a long TTS request served over HTTP on
+   every worker at once (a worker's buffers grow with its longest run: an idle worker
+   under-states it), a few seconds to settle, then the PSS of its process tree (each process's /proc/PID/smaps_rollup
    summed). The difference is what an added worker costs (target <= 100 MB); the same
    with the vocoder and flow in FP32 (`tts.vocoder`, `tts.flow` = fp32: no OpenVINO).
    Piper's HTTP server on the same voice after one request, for scale (the ramp compares
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +32,10 @@ from tools.bench.report import Report
 
 REPO = Path(__file__).resolve().parents[2]
 TEXT = "Thank you for calling, how can I help you today?"
+LONG = ("I can see that the replacement router was shipped on Monday and should arrive by "
+        "Thursday afternoon, and once it is plugged in the technician will call you to check "
+        "that the line is stable and that your internet connection no longer drops.")
+"""About 14 s of speech in one sentence: the longest flow window a reply here runs."""
 SETTLE_S = 3.0
 PER_WORKER_MB = 100.0
 """The issue's target: PSS per added inference worker."""
@@ -61,11 +67,19 @@ def _tree(pid: int) -> dict[int, dict[str, int]]:
     return {p: rollup_kb(p) for p in process_tree(pid)}
 
 
-def _speak(url: str) -> None:
-    req = urllib.request.Request(f"{url}/v1/tts", data=json.dumps({"text": TEXT}).encode(),
+def _speak(url: str, text: str = TEXT) -> None:
+    req = urllib.request.Request(f"{url}/v1/tts", data=json.dumps({"text": text}).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=120) as r:
         r.read()
+
+
+def _serve_every_worker(url: str, workers: int) -> None:
+    """The short and the long text, `workers` of each at once: each worker is given one
+    of each (new streams go to the least loaded worker)."""
+    with ThreadPoolExecutor(workers) as pool:
+        for text in (TEXT, LONG):
+            list(pool.map(lambda _, t=text: _speak(url, t), range(workers)))
 
 
 FP32 = ("tts.vocoder=\"fp32\"", "tts.flow=\"fp32\"")
@@ -82,7 +96,7 @@ def _daemon(workers: int, tmp: Path, sets: tuple[str, ...] = ()) -> dict[int, di
                                        spare=False)
     try:
         assert server.ends.http is not None
-        _speak(server.ends.http)
+        _serve_every_worker(server.ends.http, workers)
         time.sleep(SETTLE_S)
         return _tree(server.pid)
     finally:
@@ -194,7 +208,8 @@ def run(quick: bool) -> Report:
                           tree_2_workers_mb=_sum(trees[2], "Pss"), per_added_worker_mb=added,
                           per_added_worker_fp32_mb=round(_sum(fp32[2], "Pss")
                                                          - _sum(fp32[1], "Pss"), 1))
-    report.notes.append(f"one request ({TEXT!r}), then {SETTLE_S:.0f} s, then PSS; "
+    report.notes.append("a short and a long request on every worker at once, then "
+                        f"{SETTLE_S:.0f} s, then PSS (Piper: the short one); "
                         "workers.spare=false, tts.cache_mb=0, CPUs 0-1; the vocoder and flow "
                         "as tts.vocoder/tts.flow = auto choose on this CPU (bf16 where it has "
                         "amx_bf16 or avx512_bf16), and both FP32 on ONNX Runtime beside")
