@@ -45,7 +45,7 @@ bench: $(BIN)/.stamp-test
 		--peers piper-http,wyoming-piper,cosyvoiced-noadmit --nice -10 --out var/loadgen-tts --docs
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --mix tts=2,call=1,wyoming=1 \
 		--idle-calls 60 --peers piper-http,wyoming-piper,cosyvoiced-noadmit --nice -10 --docs
-	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --text script \
+	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --step 4 --text script \
 		--peers piper-http,wyoming-piper --nice -10 --out var/loadgen-script --docs
 
 $(VENV)/.stamp-system: Makefile
