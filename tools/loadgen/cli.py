@@ -310,8 +310,8 @@ def section(doc: dict) -> str:
     mix), "tts" (unique-text TTS only), "" (any other mix)."""
     if doc.get("text") == "script":
         return "script"
-    mixes = {",".join(r["mix"]) for r in doc["ramps"] if r["server"].startswith("cosyvoiced")}
-    return "tts" if mixes == {"tts=1"} else ""
+    kinds = {tuple(sorted(r["mix"])) for r in doc["ramps"] if r["server"].startswith("cosyvoiced")}
+    return "tts" if kinds == {("tts",)} else ""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -431,14 +431,15 @@ def test_docs_flag_targets_the_performance_page_and_its_markers(lg, repo_root):
 def test_a_run_goes_to_the_section_of_its_kind(lg):
     from tools.loadgen.cli import section
 
-    def doc(*mixes: list[str], **kw: str) -> dict:
+    def doc(*mixes: dict[str, float], **kw: str) -> dict:
+        """A run's JSON as `report.derive` makes it (a ramp's mix: kind -> weight)."""
         ramps = [{"server": s, "mix": m} for s, m in zip(
             ("cosyvoiced", "cosyvoiced-noadmit", "piper-http"), mixes, strict=False)]
         return {"ramps": ramps, **kw}
 
-    assert section(doc(["tts=1"], ["tts=1"], ["piper=1"])) == "tts"
-    assert section(doc(["tts=2", "call=1", "wyoming=1"], ["tts=1"])) == ""
-    assert section(doc(["tts=1"], text="script")) == "script"
+    assert section(doc({"tts": 1.0}, {"tts": 1.0}, {"piper": 1.0})) == "tts"
+    assert section(doc({"tts": 2.0, "call": 1.0, "wyoming": 1.0}, {"tts": 1.0})) == ""
+    assert section(doc({"tts": 1.0}, text="script")) == "script"
 
 
 # --- a short ramp against a fake server -------------------------------------------------
