@@ -34,11 +34,12 @@ whisper-base: $(BIN)/.stamp-runtime
 lint: $(BIN)/.stamp-test
 	$(BIN)/ruff check daemon tests tools
 
-# The suites, then the load ramp side by side with Piper's servers and cosyvoiced with its
-# admission limit out of the way, one knee rule for all (medium profile: +2 streams
-# every 20 s, sized for small boxes), which rewrites the ramp section of docs/performance.md
-# and the plots in docs/loadgen/; then the call-center script mix (prompt cache on) beside
-# the peers, into its own section and docs/loadgen/script/.
+# The suites, then the load ramps side by side with Piper's servers (and cosyvoiced with its
+# admission limit out of the way), one knee rule for all (medium profile: +2 streams every
+# 20 s, sized for small boxes), each into its own section of docs/performance.md and its
+# plots: TTS-only unique text (docs/loadgen/tts/), the mix of every kind of client
+# (docs/loadgen/), the call-center script with the prompt cache on (docs/loadgen/script/;
+# +4 streams a step: its knee lies past the 60 streams 30 steps of 2 reach).
 bench: $(BIN)/.stamp-test
 	for s in tts download prompts io streams features asr language listen calls encode scaleout memory; do $(BIN)/python -m tools.bench $$s || true; done
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --mix tts=1 \

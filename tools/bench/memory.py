@@ -3,8 +3,8 @@
 1. The daemon (dev config, no warm spare, the prompt cache off) started with 1, then 2
    inference workers on CPUs 0-1; a short and a long TTS request served over HTTP on
    every worker at once (a worker's buffers grow with its longest run: an idle worker
-   under-states it), a few seconds to settle, then the PSS of its process tree (each process's /proc/PID/smaps_rollup
-   summed). The difference is what an added worker costs (target <= 100 MB); the same
+   under-states it), a few seconds to settle, then the PSS of its process tree (each
+   process's /proc/PID/smaps_rollup summed). The difference is what an added worker costs (target <= 100 MB); the same
    with the vocoder and flow in FP32 (`tts.vocoder`, `tts.flow` = fp32: no OpenVINO).
    Piper's HTTP server on the same voice after one request, for scale (the ramp compares
    the trees at the same streams).
@@ -79,7 +79,7 @@ def _serve_every_worker(url: str, workers: int) -> None:
     of each (new streams go to the least loaded worker)."""
     with ThreadPoolExecutor(workers) as pool:
         for text in (TEXT, LONG):
-            list(pool.map(lambda _, t=text: _speak(url, t), range(workers)))
+            list(pool.map(_speak, [url] * workers, [text] * workers))
 
 
 FP32 = ("tts.vocoder=\"fp32\"", "tts.flow=\"fp32\"")
