@@ -4,8 +4,9 @@
    inference workers on CPUs 0-1; a short and a long TTS request served over HTTP on
    every worker at once (a worker's buffers grow with its longest run: an idle worker
    under-states it), a few seconds to settle, then the PSS of its process tree (each
-   process's /proc/PID/smaps_rollup summed). The difference is what an added worker costs (target <= 100 MB); the same
-   with the vocoder and flow in FP32 (`tts.vocoder`, `tts.flow` = fp32: no OpenVINO).
+   process's /proc/PID/smaps_rollup summed). The difference is what an added worker
+   costs (target <= 100 MB); the same with the vocoder and flow in FP32 (`tts.vocoder`,
+   `tts.flow` = fp32: no OpenVINO).
    Piper's HTTP server on the same voice after one request, for scale (the ramp compares
    the trees at the same streams).
 2. The breakdown: a plain process set up as a worker (pinned, one thread) loads the
