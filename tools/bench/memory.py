@@ -9,9 +9,11 @@
    `tts.flow` = fp32: no OpenVINO).
    Piper's HTTP server on the same voice after one request, for scale (the ramp compares
    the trees at the same streams).
+   Whisper is not in the workers: the box's one ASR process holds it, in both trees.
 2. The breakdown: a plain process set up as a worker (pinned, one thread) loads the
    worker's pieces in turn (its modules, the voice and its warm-up, one request, the VAD
-   graphs, Whisper and its warm-up decode) and reads its own smaps_rollup after each:
+   graphs), then what the ASR process holds once per box (Whisper and its warm-up
+   decode), and reads its own smaps_rollup after each:
    anonymous memory is private to a process (each worker adds all of it), file pages
    are shared through the page cache (each of N processes is charged 1/N).
 """
@@ -99,7 +101,10 @@ def _daemon(workers: int, tmp: Path, sets: tuple[str, ...] = ()) -> dict[int, di
         assert server.ends.http is not None
         _serve_every_worker(server.ends.http, workers)
         time.sleep(SETTLE_S)
-        return _tree(server.pid)
+        tree = _tree(server.pid)
+        for pid, row in tree.items():
+            row["asr"] = int(_holds_whisper(pid))
+        return tree
     finally:
         managed.stop()
 
@@ -118,6 +123,13 @@ def _piper(tmp: Path) -> dict[int, dict[str, int]]:
         return _tree(server.pid)
     finally:
         managed.stop()
+
+
+def _holds_whisper(pid: int) -> bool:
+    try:
+        return "ctranslate2" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
 
 
 def _sum(tree: dict[int, dict[str, int]], field: str) -> float:
@@ -167,11 +179,11 @@ def pieces(cache_dir: str) -> None:
 
     asr = WhisperAsr(AsrConfig(), threads=1)
     malloc_trim()
-    mark("Whisper loaded")
+    mark("ASR process (one per box): Whisper loaded")
     frames = (np.random.default_rng(0).standard_normal((WARMUP_FRAMES, 80)) * 0.1 - 6.0)
     asr.transcribe([Utterance(frames.astype(np.float32), 0, WARMUP_FRAMES * 10, 0.0)])
     malloc_trim()
-    mark("Whisper warm-up decode")
+    mark("ASR process (one per box): Whisper warm-up decode")
 
 
 def _breakdown(cache_dir: str) -> list[dict[str, Any]]:
@@ -197,7 +209,8 @@ def run(quick: bool) -> Report:
         report.rows.append([f"cosyvoiced, {n} worker(s)", *(_sum(tree, f) for f in FIELDS),
                             len(tree)])
         for pid, r in sorted(tree.items())[1:]:
-            report.rows.append([f"  worker pid {pid}", *(_mb(r.get(f, 0)) for f in FIELDS), 1])
+            kind = "ASR process" if r.get("asr") else "worker"
+            report.rows.append([f"  {kind} pid {pid}", *(_mb(r.get(f, 0)) for f in FIELDS), 1])
     if piper is not None:
         report.rows.append(["piper http server", *(_sum(piper, f) for f in FIELDS), len(piper)])
         report.figures["piper_http_pss_mb"] = _sum(piper, "Pss")

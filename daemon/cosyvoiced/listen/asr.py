@@ -24,13 +24,18 @@ accuracy can drop, so the encoder length is `max(min_encoder_frames, T + 1 s)` c
 well under half the decoding time; the measurements are in docs/performance.md).
 A decode that loops (zlib compression ratio > 2.4, Whisper's own test) on a shortened
 window is decoded again on the full 3000 frames.
-Several utterances (from any streams) are decoded in one `generate` call.
+Several utterances (from any streams) are decoded in one `generate` call. With
+`replicas` > 1, that many batches decode at once on threads of their own, all on one copy
+of the weights (CTranslate2's `inter_threads`: "the model weights are shared" between
+workers on one device, docs/parallel.md): the box's one ASR process serves every
+inference worker this way (`workers/worker/asr_serve.py`).
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import threading
 import time
 import zlib
 from collections.abc import Sequence
@@ -141,7 +146,8 @@ class Utterance:
 class WhisperAsr:
     """A CTranslate2 Whisper model plus its tokenizer; `transcribe` decodes a batch."""
 
-    def __init__(self, cfg: AsrConfig | None = None, *, threads: int | None = None) -> None:
+    def __init__(self, cfg: AsrConfig | None = None, *, threads: int | None = None,
+                 replicas: int = 1) -> None:
         import ctranslate2
 
         self.cfg = cfg = cfg or AsrConfig()
@@ -154,7 +160,7 @@ class WhisperAsr:
         try:
             self._model = ctranslate2.models.Whisper(
                 str(model_dir), device="cpu", compute_type=cfg.compute_type,
-                intra_threads=threads or cfg.threads, inter_threads=1)
+                intra_threads=threads or cfg.threads, inter_threads=max(1, replicas))
         except (RuntimeError, ValueError) as exc:
             raise AsrError(f"cannot load Whisper from {model_dir}: {exc}",
                            code="asr_model_load") from exc
@@ -171,7 +177,8 @@ class WhisperAsr:
         """Language codes the model transcribes (English-only: `("en",)`)."""
         self.prompt = self._prompt()
         self.eot = self._token("<|endoftext|>")
-        self._buf = np.zeros(cfg.max_batch * self.n_mels * ENCODER_FRAMES, dtype=np.float32)
+        self._local = threading.local()
+        """Each decoding thread's input buffer (`max_batch` full encoder windows)."""
         self.decoded = 0
         self.retries = 0
 
@@ -197,20 +204,32 @@ class WhisperAsr:
             return self.prompt
         return self._prompt(self.check_language(language))
 
-    def encoder_frames(self, n_frames: int) -> int:
+    def encoder_frames(self, n_frames: int, cfg: AsrConfig | None = None) -> int:
         """Encoder input length for an utterance of `n_frames` mel frames."""
-        want = max(self.cfg.min_encoder_frames, n_frames + _TAIL_FRAMES)
+        want = max((cfg or self.cfg).min_encoder_frames, n_frames + _TAIL_FRAMES)
         return min(ENCODER_FRAMES, int(math.ceil(want / 100) * 100))
 
-    def transcribe(self, utterances: Sequence[Utterance]) -> list[Transcript]:
-        """Decode utterances (any streams) in batches of `max_batch`; one Transcript each."""
+    def transcribe(self, utterances: Sequence[Utterance],
+                   cfg: AsrConfig | None = None) -> list[Transcript]:
+        """Decode utterances (any streams) in batches of `max_batch`; one Transcript each.
+        `cfg` brings the live keys (beam, encoder window) of this call; safe to call from
+        `replicas` threads at once."""
+        cfg = cfg or self.cfg
         out: list[Transcript] = []
         step = self.cfg.max_batch
         for i in range(0, len(utterances), step):
-            out += self._batch(utterances[i: i + step])
+            out += self._batch(utterances[i: i + step], cfg)
         return out
 
-    def _batch(self, utts: Sequence[Utterance], full: bool = False) -> list[Transcript]:
+    def _input(self) -> np.ndarray:
+        buf = getattr(self._local, "buf", None)
+        if buf is None:
+            buf = self._local.buf = np.zeros(self.cfg.max_batch * self.n_mels * ENCODER_FRAMES,
+                                             dtype=np.float32)
+        return buf
+
+    def _batch(self, utts: Sequence[Utterance], cfg: AsrConfig,
+               full: bool = False) -> list[Transcript]:
         t0 = time.monotonic()
         n = len(utts)
         if n == 0:
@@ -221,8 +240,8 @@ class WhisperAsr:
                 raise AsrError(f"frames must be [T, {self.n_mels}], got {u.frames.shape}",
                                code="asr_input")
             lengths.append(min(u.frames.shape[0], ENCODER_FRAMES))
-        width = ENCODER_FRAMES if full else max(self.encoder_frames(t) for t in lengths)
-        x = self._buf[: n * self.n_mels * width].reshape(n, self.n_mels, width)
+        width = ENCODER_FRAMES if full else max(self.encoder_frames(t, cfg) for t in lengths)
+        x = self._input()[: n * self.n_mels * width].reshape(n, self.n_mels, width)
         x.fill(0.0)
         for b, (u, t) in enumerate(zip(utts, lengths, strict=True)):
             if t:
@@ -239,7 +258,7 @@ class WhisperAsr:
             prompts = ([self.prompt_for(lang) for lang in langs] if self.multilingual
                        else [self.prompt] * n)
             results = self._model.generate(
-                features, prompts, beam_size=self.cfg.beam_size, max_length=max_length,
+                features, prompts, beam_size=cfg.beam_size, max_length=max_length,
                 suppress_blank=True, suppress_tokens=[-1])
         except (RuntimeError, ValueError) as exc:
             raise AsrError(f"Whisper decode failed: {exc}", code="asr_decode") from exc
@@ -259,7 +278,8 @@ class WhisperAsr:
         self.decoded += n
         if retry:  # repetition loop on a short window: decode again on Whisper's full 30 s
             self.retries += len(retry)
-            again = self._batch([replace(utts[i], language=langs[i]) for i in retry], full=True)
+            again = self._batch([replace(utts[i], language=langs[i]) for i in retry], cfg,
+                                full=True)
             for i, t in zip(retry, again, strict=True):
                 out[i] = t
         return out
@@ -269,4 +289,4 @@ class WhisperAsr:
         """Convenience: features + decode for one 16 kHz clip (tools and tests)."""
         end_ms = samples_16k.shape[0] * 1000 // WHISPER.rate_hz
         return self._batch([Utterance(clip_frames(samples_16k), 0, end_ms, time.monotonic(),
-                                      stream, self.check_language(language))])[0]
+                                      stream, self.check_language(language))], self.cfg)[0]

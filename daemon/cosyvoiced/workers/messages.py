@@ -1,4 +1,5 @@
-"""Control messages between the pool (main process) and a worker: one dataclass each.
+"""Control messages between the pool (main process) and a worker, and between a worker
+and the box's ASR process: one dataclass each.
 
 Audio never travels here (it moves through shared-memory rings); these are the small
 control and event messages. The wire format lives in this module only: a message is
@@ -157,6 +158,36 @@ class StreamClosed:
     transcript sent before this."""
 
     stream_id: str
+
+
+# --- worker <-> ASR process ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DecodeBatch:
+    """Utterances (`cosyvoiced.listen.asr.Utterance`, any streams) to decode in one batch."""
+
+    utterances: tuple[Any, ...]
+    cfg: Any
+    """The worker's `AsrConfig`: its live keys (beam, encoder window) apply to this batch."""
+
+
+@dataclass(frozen=True)
+class Decoded:
+    results: tuple[Any, ...]
+    """One `Transcript` or typed error per utterance, in order."""
+    cpu_s: float
+    """CPU seconds the batch is charged (the worker's Whisper RTF for admission)."""
+
+
+@dataclass(frozen=True)
+class AsrReady:
+    """ASR process -> pool: Whisper is loaded and warm, the socket listens."""
+
+    pid: int
+    languages: tuple[str, ...]
+    warm_s: float
+    """Seconds the warm-up utterance took to decode."""
 
 
 TO_WORKER = (OpenTts, Say, Cancel, OpenListen, CloseStream, Adopt, SetPolicy, SetListen,

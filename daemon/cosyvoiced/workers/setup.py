@@ -12,6 +12,18 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class AsrLink:
+    """Where a worker sends its Whisper batches: the box's one ASR process."""
+
+    address: str
+    """Its Unix socket (abstract namespace: nothing on disk to clean up)."""
+    authkey: bytes
+    """The daemon's random key: only its own processes connect."""
+    languages: tuple[str, ...]
+    """What the loaded model transcribes (a listen request is checked against it)."""
+
+
+@dataclass(frozen=True)
 class WorkerSetup:
     """Everything a worker needs besides its slot; pickled to the child at spawn."""
 
@@ -36,5 +48,7 @@ class WorkerSetup:
     warm_up: bool = True
     asr: Any = None
     """`AsrConfig` (None: listen streams give VAD events only)."""
+    asr_link: AsrLink | None = None
+    """The ASR process's socket, set by the pool once it is up (`asr.enabled`)."""
     lexicon: Any = None
     """`Lexicon` of `tts.lexicon`, parsed by the main process (None: none)."""

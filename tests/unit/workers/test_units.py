@@ -387,35 +387,6 @@ def test_admission_spare_is_the_room_under_busy_max_and_the_stream_cap():
         adm.choose([load(0, owed=0.95), load(1, alive=False)], "listen")
 
 
-def test_lowered_threads_run_below_the_caller_and_others_keep_its_priority():
-    """What the worker does to Whisper's decode threads (`ASR_NICE`)."""
-    import os
-    import threading
-
-    from cosyvoiced.workers.worker.affinity import ASR_NICE, lower_threads, thread_ids
-
-    before = thread_ids()
-    go, tids = threading.Event(), []
-    threads = [threading.Thread(target=lambda: (tids.append(threading.get_native_id()),
-                                                go.wait(10))) for _ in range(2)]
-    for t in threads:
-        t.start()
-    try:
-        while len(tids) < 2:
-            go.wait(0.01)
-        made = thread_ids() - before
-        assert set(tids) <= made
-        base = os.getpriority(os.PRIO_PROCESS, 0)
-        lower_threads([tids[0]], ASR_NICE)
-        assert os.getpriority(os.PRIO_PROCESS, tids[0]) == min(19, base + ASR_NICE)
-        assert os.getpriority(os.PRIO_PROCESS, tids[1]) == base
-        assert os.getpriority(os.PRIO_PROCESS, 0) == base
-    finally:
-        go.set()
-        for t in threads:
-            t.join()
-
-
 @pytest.mark.parametrize(("rlimit", "cap_eff", "may"), [
     (20, "0000000000000000", True),   # systemd LimitNICE=+0
     (0, "000001fffeffffff", True),    # root with every capability

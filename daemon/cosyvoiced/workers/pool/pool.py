@@ -22,15 +22,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import structlog
 
 from cosyvoiced.audio.ring import Ring
+from cosyvoiced.listen.asr import bundled_model_dir
+from cosyvoiced.listen.languages import model_languages
 from cosyvoiced.runtime.health import Health
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.errors import PoolNotRunning, WorkerError, WorkerLost
 from cosyvoiced.workers.pool.admission import Admission, WorkerLoad
+from cosyvoiced.workers.pool.asr_proc import AsrService
 from cosyvoiced.workers.pool.cpus import format_cpu_list, inference_cpus, share_cpus
 from cosyvoiced.workers.pool.handles import ListenHandle, StreamHandle, TtsHandle
 from cosyvoiced.workers.pool.procs import Slot, join_all
@@ -75,14 +79,17 @@ class WorkerPool:
         self._lock = threading.Lock()  # slot stream maps and procs, between loop and supervisor
         self.supervisor = Supervisor(self, self.slots, self._lock, spare_cpus=self.all_cpus,
                                      publish=publish, said=said)
+        self.asr: AsrService | None = None
+        """The box's one ASR process (`asr.enabled`), started before the workers."""
         # Workers ignore SIGTERM (systemd signals the whole cgroup on stop), so the
         # terminate() multiprocessing tries at exit would wait forever: kill them first.
         atexit.register(self.supervisor.kill_all)
 
     @property
     def restarts(self) -> int:
-        """Worker deaths replaced since the pool started."""
-        return self.supervisor.restarts
+        """Inference process deaths replaced since the pool started (the workers' and the
+        ASR process's)."""
+        return self.supervisor.restarts + (self.asr.restarts if self.asr is not None else 0)
 
     def handle(self, stream_id: str) -> StreamHandle | None:
         """The open stream `stream_id` (the supervisor routes worker messages by it)."""
@@ -135,13 +142,24 @@ class WorkerPool:
     # --- lifecycle ----------------------------------------------------------------
 
     async def start(self, timeout_s: float = 180.0) -> None:
-        """Spawn the workers and wait until each has warmed up and said Ready."""
-        self.supervisor.start()
+        """Start the ASR process and the workers; wait until each has warmed up and said
+        it is ready."""
         deadline = time.monotonic() + timeout_s
-        while not all(s.proc is not None and s.proc.ready for s in self.slots):
-            if self.supervisor.start_error:
+        asr = self.setup.asr
+        if asr is not None and asr.enabled:
+            model_dir = Path(asr.model_dir) if asr.model_dir else bundled_model_dir()
+            self.asr = AsrService(self.setup, self.all_cpus, replicas=len(self.slots),
+                                  threads=min(asr.threads, len(self.slots[0].cpus)),
+                                  languages=model_languages(model_dir))
+            atexit.register(self.asr.stop)
+            self.setup = replace(self.setup, asr_link=self.asr.start())
+        self.supervisor.start()
+        while not (all(s.proc is not None and s.proc.ready for s in self.slots)
+                   and (self.asr is None or self.asr.started)):
+            error = self.supervisor.start_error or (self.asr.error if self.asr else None)
+            if error:
                 await self.stop()
-                raise WorkerError(self.supervisor.start_error, code="worker_start")
+                raise WorkerError(error, code="worker_start")
             if time.monotonic() > deadline:
                 await self.stop()
                 raise WorkerError(f"workers not ready within {timeout_s} s", code="worker_start")
@@ -178,6 +196,9 @@ class WorkerPool:
         await asyncio.to_thread(join_all, procs, timeout_s)
         await asyncio.to_thread(self.supervisor.join, 2.0)
         atexit.unregister(self.supervisor.kill_all)
+        if self.asr is not None:  # after the workers: their last transcripts came from it
+            await asyncio.to_thread(self.asr.stop)
+            atexit.unregister(self.asr.stop)
 
     # --- streams ------------------------------------------------------------------
 
@@ -358,6 +379,7 @@ class WorkerPool:
             "refused": self.admission.refused,
             "late_steps": self.late_steps,
             "spare": self.supervisor.spare_ready(),
+            "asr": self.asr.status() if self.asr is not None else None,
             "policy": self.setup.policy,
         }
 

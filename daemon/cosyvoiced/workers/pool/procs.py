@@ -25,6 +25,29 @@ _CTX = multiprocessing.get_context("spawn")
 _SPAWN_LOCK = threading.Lock()
 
 
+def spawn_pinned(proc: Any, cpus: tuple[int, ...], threads: int) -> None:
+    """Start `proc` with the thread limits in the environment, from a thread pinned to
+    `cpus`, so both hold from the child's first instruction.
+
+    Must be called from a thread that outlives the child: it asks the kernel to kill it
+    when its parent *thread* exits (PR_SET_PDEATHSIG).
+    """
+    with _SPAWN_LOCK:
+        saved_env = {k: os.environ.get(k) for k in THREAD_ENV}
+        saved_cpus = os.sched_getaffinity(0)
+        os.environ.update(thread_env(threads))
+        os.sched_setaffinity(0, cpus)
+        try:
+            proc.start()
+        finally:
+            os.sched_setaffinity(0, saved_cpus)
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+
 class Proc:
     """One worker process: its control pipe, its shared stats, whether it said Ready."""
 
@@ -43,28 +66,7 @@ class Proc:
         self.killed_for = ""
         """Why the pool killed it (its death then says this, not just SIGKILL)."""
         self._lock = threading.Lock()
-        self._start(child, setup.onnx_threads)
-
-    def _start(self, child: Any, threads: int) -> None:
-        """Spawn with the thread limits in the environment, from a thread pinned to `cpus`.
-
-        Must be called from a thread that outlives the worker: the worker asks the kernel
-        to kill it when its parent *thread* exits (PR_SET_PDEATHSIG).
-        """
-        with _SPAWN_LOCK:
-            saved_env = {k: os.environ.get(k) for k in THREAD_ENV}
-            saved_cpus = os.sched_getaffinity(0)
-            os.environ.update(thread_env(threads))
-            os.sched_setaffinity(0, self.cpus)
-            try:
-                self.proc.start()
-            finally:
-                os.sched_setaffinity(0, saved_cpus)
-                for k, v in saved_env.items():
-                    if v is None:
-                        os.environ.pop(k, None)
-                    else:
-                        os.environ[k] = v
+        spawn_pinned(self.proc, cpus, setup.onnx_threads)
         child.close()
 
     @property

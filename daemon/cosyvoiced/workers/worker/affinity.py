@@ -23,7 +23,7 @@ CAP_SYS_NICE = 23
 """Its bit in the CapEff line of /proc/<pid>/status (linux/capability.h)."""
 STATUS = "/proc/self/status"
 ASR_NICE = 5
-"""How much lower than the worker's loop the Whisper decode threads run: on a shared
+"""How much lower than the workers' loops the ASR process runs (`asr_serve`): on a shared
 core the kernel gives a TTS step or a VAD tick ~3/4 of the CPU while a batch decodes
 (equal weights gave them half, and replies started late), and the decode gets the rest
 and every idle moment."""
@@ -74,19 +74,3 @@ def may_renice_to(nice: int) -> bool:
 def thread_count(pid: int | str = "self") -> int:
     """OS threads in process `pid`."""
     return len(os.listdir(f"/proc/{pid}/task"))
-
-
-def thread_ids() -> set[int]:
-    """This process's threads now (diff two calls to find the threads a library made)."""
-    return {int(tid) for tid in os.listdir("/proc/self/task")}
-
-
-def lower_threads(tids: Iterable[int], by: int) -> None:
-    """Run `tids` `by` nice steps below this (the calling) thread; raising a nice value
-    needs no privilege. Threads that ended meanwhile are skipped."""
-    nice = min(19, os.getpriority(os.PRIO_PROCESS, 0) + by)
-    for tid in tids:
-        try:
-            os.setpriority(os.PRIO_PROCESS, tid, nice)
-        except (ProcessLookupError, PermissionError):
-            pass

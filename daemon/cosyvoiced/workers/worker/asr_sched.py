@@ -5,7 +5,7 @@ Every finished utterance (any listen stream of the worker) becomes a job whose d
 is its end of speech plus `DEADLINE_S`; a stream being closed makes its jobs due now.
 A batch takes jobs earliest deadline first, as many as can be decoded before the
 earliest one's deadline at the measured cost per utterance (at least one, at most
-`max_batch`), and decodes them in one `WhisperAsr.transcribe` call. Why not a fixed
+`max_batch`), and decodes them in one `transcribe` call (the ASR process's, `RemoteAsr`). Why not a fixed
 batch: with a long encoder input a full batch costs more per utterance than decoding
 alone and stalls the worker for seconds (every transcript in it late), while with a
 short one batching is cheaper per utterance (figures: docs/performance.md). Sizing by
@@ -228,9 +228,9 @@ class AsrRunner:
     """Decodes an `AsrQueue`'s batches on one background thread, one batch at a time.
 
     The loop thread calls `poll()` each turn: it delivers a finished batch (events are
-    sent from the loop thread only) and starts the next when jobs are waiting. CTranslate2
-    releases the GIL while it decodes, so the VAD tick and TTS go on meanwhile; the thread
-    inherits the worker's CPU pinning.
+    sent from the loop thread only) and starts the next when jobs are waiting. The thread
+    waits on the ASR process's socket (or, with a local decoder, on CTranslate2, which
+    releases the GIL), so the VAD tick and TTS go on meanwhile.
     """
 
     POLL_S = 0.005
@@ -269,10 +269,12 @@ class AsrRunner:
         return True
 
     def _cpu_s(self) -> float:
-        """CPU seconds the batch took: the process's meanwhile, less the loop thread's
-        (TTS steps and VAD ticks run on while Whisper decodes on its own threads)."""
+        """CPU seconds the batch took: this process's meanwhile, less the loop thread's
+        (TTS steps and VAD ticks run on while the batch is away), plus what the decoder
+        charged from elsewhere (`RemoteAsr.last_cpu_s`: the ASR process's)."""
         process0, loop0 = self._cpu0
-        return max(0.0, (time.process_time() - process0) - (time.thread_time() - loop0))
+        here = max(0.0, (time.process_time() - process0) - (time.thread_time() - loop0))
+        return here + getattr(self.queue.decoder, "last_cpu_s", 0.0)
 
     def poll(self) -> int:
         """Deliver a finished batch (returns its utterances) and start the next."""

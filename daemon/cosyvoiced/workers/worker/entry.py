@@ -28,8 +28,8 @@ from cosyvoiced.workers.worker.affinity import (
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this worker when the daemon dies (no orphans)."""
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when the daemon dies (no orphans)."""
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
@@ -40,7 +40,7 @@ def _die_with_parent() -> None:
 def worker_main(index: int, cpus: tuple[int, ...], conn: Any, stats_array: Any,
                 setup: WorkerSetup, parent_pid: int) -> None:
     """Child entry point (runs in the spawned interpreter)."""
-    _die_with_parent()
+    die_with_parent()
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
     # The daemon decides when workers stop (systemd signals the whole cgroup on stop).

@@ -1,13 +1,12 @@
 """The listen streams of one worker: VAD taps, the ASR queue, close flushes and acks.
 
 `Worker` (loop.py) owns one `WorkerListening`. Opening a stream adds its `ListenTap` to
-the worker's batched VAD tick; with `[asr] enabled` the Whisper model is loaded once
-here, finished utterances are queued on an `AsrQueue`, and the loop asks `pick_work`
-whether the next unit of work is a TTS clause or an ASR batch (policy in `asr_sched`).
-Batches are decoded on a background thread (`AsrRunner`): the loop starts one, keeps
-ticking the VAD (and synthesizing) meanwhile, and delivers its transcripts when done.
-Whisper's threads run `ASR_NICE` below the loop, so on a shared core the TTS steps and
-VAD ticks take the CPU first and the decode gets the rest.
+the worker's batched VAD tick; with `[asr] enabled` finished utterances are queued on an
+`AsrQueue`, and the loop asks `pick_work` whether the next unit of work is a TTS clause
+or an ASR batch (policy in `asr_sched`). A batch goes to the box's one ASR process
+(`RemoteAsr`; Whisper is loaded there, not in each worker) from a background thread
+(`AsrRunner`): the loop starts one, keeps ticking the VAD (and synthesizing) meanwhile,
+and delivers its transcripts when they are back.
 
 Closing a listen stream reads what is left in its ring, ends an open utterance
 (`voice_stopped`, reason "closed"), makes its queued utterances due now, and sends
@@ -24,10 +23,9 @@ from typing import Any
 import numpy as np
 import structlog
 
-from cosyvoiced.listen.asr import Utterance
+from cosyvoiced.listen.asr import AsrError, Utterance
 from cosyvoiced.listen.events import Transcript
 from cosyvoiced.workers import messages as m
-from cosyvoiced.workers.worker.affinity import ASR_NICE, lower_threads, thread_ids
 from cosyvoiced.workers.worker.asr_sched import AsrQueue, AsrRunner, pick_work, tts_latest_start_s
 from cosyvoiced.workers.worker.utterances import Confirm, ListenTap, MelPool, Provisional, Retract
 from cosyvoiced.workers.worker.vad_tick import VadTicker
@@ -40,7 +38,7 @@ WARMUP_FRAMES = 150
 
 class WorkerListening:
     def __init__(self, setup: Any, vad: VadTicker, send: Callable[[object], None],
-                 cpus: int = 1, *, on_decoded: Callable[[float, float], None] | None = None,
+                 *, on_decoded: Callable[[float, float], None] | None = None,
                  on_heard: Callable[[float], None] | None = None) -> None:
         self.setup = setup
         self.vad = vad
@@ -53,14 +51,12 @@ class WorkerListening:
         self.runner: AsrRunner | None = None
         self.pool: MelPool | None = None
         self.decoder: Any = None
-        self.asr_threads: set[int] = set()
-        """The threads Whisper decodes on (`lower_priority`)."""
         if asr_cfg is not None and asr_cfg.enabled:
-            from cosyvoiced.listen.asr import WhisperAsr
+            from cosyvoiced.workers.worker.asr_remote import RemoteAsr
 
-            before = thread_ids()
-            self.decoder = WhisperAsr(asr_cfg, threads=max(1, min(asr_cfg.threads, cpus)))
-            self.asr_threads = thread_ids() - before
+            if setup.asr_link is None:
+                raise ValueError("asr.enabled without the ASR process's link")
+            self.decoder = RemoteAsr(setup.asr_link, asr_cfg)
             self.asr = AsrQueue(self.decoder, self._transcribed, max_batch=asr_cfg.max_batch,
                                 on_idle=self._ack)
             self.pool = MelPool(setup.vad, cache_dir=setup.cache_dir)
@@ -74,28 +70,24 @@ class WorkerListening:
     # --- start-up -------------------------------------------------------------------
 
     def warm_up(self) -> float:
-        """Decode one short utterance; returns its seconds (0 with ASR off)."""
+        """Decode one short utterance through the ASR process (its connection made, the
+        batch time measured); returns its seconds (0 with ASR off or out of reach)."""
         if self.decoder is None or self.pool is None:
             return 0.0
         self.pool.release(self.pool.acquire())  # the filterbank: from the cache after a first run
         rng = np.random.default_rng(0)
         frames = (rng.standard_normal((WARMUP_FRAMES, 80)) * 0.1 - 6.0).astype(np.float32)
-        before = thread_ids()
-        t0 = time.perf_counter()
-        self.decoder.transcribe([Utterance(frames, 0, WARMUP_FRAMES * 10, time.monotonic())])
-        took = time.perf_counter() - t0
         assert self.asr is not None and self.runner is not None
-        self.asr.batch_s = took
         self.runner.warm_up()  # its thread exists (and is pinned) before Ready
-        self.asr_threads |= thread_ids() - before
-        self.lower_priority()
+        t0 = time.perf_counter()
+        try:
+            self.decoder.transcribe([Utterance(frames, 0, WARMUP_FRAMES * 10, time.monotonic())])
+        except AsrError as exc:  # the pool restarts it; batches wait for it meanwhile
+            log.warning("asr_warm_up_failed", code=exc.code)
+            return 0.0
+        took = time.perf_counter() - t0
+        self.asr.batch_s = took
         return took
-
-    def lower_priority(self) -> None:
-        """Whisper decodes below the loop's priority (`ASR_NICE`): a TTS step or VAD tick
-        that comes while a batch decodes on the same core takes the CPU first. Again after
-        a spare adopts a slot (its threads were all reniced)."""
-        lower_threads(self.asr_threads, ASR_NICE)
 
     # --- streams --------------------------------------------------------------------
 

@@ -70,7 +70,7 @@ class Worker:
         self.vad = VadTicker(self._make_vad, setup.vad_tick_ms / 1000)
         self._vads: dict[int, SileroBatch] = {}
         self._rings: dict[str, Ring] = {}
-        self.listen = WorkerListening(setup, self.vad, self._send, len(cpus),
+        self.listen = WorkerListening(setup, self.vad, self._send,
                                       on_decoded=self.meter.add_decoded,
                                       on_heard=self.meter.add_heard)
         self._stop = False
@@ -260,7 +260,6 @@ class Worker:
             if not renice_all(0):
                 log.warning("worker_renice_denied", index=msg.index,
                             note="runs at the spare's low priority; allow LimitNICE")
-            self.listen.lower_priority()
             self.index, self.cpus = msg.index, msg.cpus
             self.meter.cpus = max(1, len(msg.cpus))
             self._ready(self.meter.rtf, self.stats.get("vad_us"))
