@@ -105,3 +105,15 @@ def test_kill_9_the_asr_process_loses_no_utterance(daemon, clips):
     again = _transcribe(daemon, clips[0])
     assert wer([clips[0].text], [again]) < 40.0
     assert np.isfinite(after["workers"][0]["asr_rtf"])
+
+
+def test_a_stopped_asr_process_is_killed_and_started_again(daemon, clips):
+    victim = _status(daemon)["asr"]["pid"]
+    os.kill(victim, signal.SIGSTOP)  # alive, answering nothing
+    t0 = time.monotonic()
+    while _status(daemon)["asr"]["pid"] in (victim, None) or not _status(daemon)["asr"]["alive"]:
+        assert time.monotonic() - t0 < 60, "a stopped ASR process was never replaced"
+        time.sleep(0.5)
+    hung = [e for e in daemon.log_events() if e.get("event") == "asr_hung"]
+    assert hung and hung[-1]["pid"] == victim
+    assert wer([clips[1].text], [_transcribe(daemon, clips[1])]) < 40.0

@@ -324,7 +324,7 @@ def run(quick: bool) -> Report:
     loop = asyncio.new_event_loop()
     pool = _listen_pool(loop)
     autogroup = _autogroup_nice()
-    prioritized = _prioritize([os.getpid()] + [s.proc.pid for s in pool.slots])
+    prioritized = _prioritize(pool)
     trials = Trials(rep, {"ours": lambda plans: _ours_run(loop, pool, plans),
                           "naive": lambda plans: _naive_run(naive, plans)}, corpus, seconds)
     strict = {"ours": CallRamp(8 if quick else 12, steps), "naive": CallRamp(2, steps)}

@@ -31,6 +31,7 @@ import statistics
 import sys
 import threading
 import time
+from typing import Any
 
 import numpy as np
 
@@ -67,15 +68,20 @@ def _autogroup_nice(nice: int | None = None) -> int | None:
         return None
 
 
-def _prioritize(pids: list[int], nice: int = BENCH_NICE) -> bool:
-    """Set every thread of `pids` to `nice` (Linux priorities are per thread), and this
+def _prioritize(pool: Any, nice: int = BENCH_NICE) -> bool:
+    """Set every thread of this process and of `pool`'s workers to `nice` (Linux priorities
+    are per thread), its ASR process `ASR_NICE` below them as the daemon runs it, and this
     session's autogroup too: with autogroup scheduling (Debian's default), nice only
     orders threads within one session, and each session gets an equal share. The
     autogroup's nice is put back when the pool stops (`_stop`)."""
-    from cosyvoiced.workers.worker.affinity import renice_all
+    from cosyvoiced.workers.worker.affinity import ASR_NICE, renice_all
 
     _autogroup_nice(nice)
-    return all([renice_all(nice, pid) for pid in pids])
+    pids = [os.getpid()] + [s.proc.pid for s in pool.slots]
+    done = [renice_all(nice, pid) for pid in pids]
+    if pool.asr is not None and pool.asr.pid:
+        done.append(renice_all(nice + ASR_NICE, pool.asr.pid))
+    return all(done)
 
 
 def _pool(loop: asyncio.AbstractEventLoop, **workers):
@@ -83,9 +89,11 @@ def _pool(loop: asyncio.AbstractEventLoop, **workers):
     from cosyvoiced.workers.pool.pool import WorkerPool
     from cosyvoiced.workers.setup import WorkerSetup
 
+    # overloaded steps are part of a search: a loop turn may take seconds there, which
+    # the hang watchdog must not turn into a kill (and the search into a crash)
+    workers = {"hang_restart_s": 60.0, **workers}
     wc = WorkersConfig(count=2, cpus="0-1", onnx_threads=1, admit_busy_max=4.0, spare=False,
-                       max_streams=100000,
-                       **workers)
+                       max_streams=100000, **workers)
     # one text for every stream: the engine is measured, not the prompt cache
     setup = WorkerSetup(tts=TtsConfig(cache_mb=0), vad=VadConfig(), cache_dir="/tmp/cosyvoiced-bench",
                         state_dir=None, policy=wc.policy, lookahead_s=wc.lookahead_s,
@@ -96,7 +104,7 @@ def _pool(loop: asyncio.AbstractEventLoop, **workers):
     loop.run_until_complete(pool.start())
     pool.admission.busy_max = float("inf")  # the bench finds the limit, not admission
     pool.autogroup_nice = _autogroup_nice()
-    pool.prioritized = _prioritize([os.getpid()] + [s.proc.pid for s in pool.slots])
+    pool.prioritized = _prioritize(pool)
     return pool
 
 

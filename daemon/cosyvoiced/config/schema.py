@@ -233,13 +233,14 @@ class AsrConfig:
     compute_type: Literal["int8", "int8_float32", "float32"] = opt("int8")
     """CTranslate2 compute type on the CPU."""
     threads: int = opt(1, min=1, max=64)
-    """CTranslate2 intra-op threads per worker (count them in the worker's core budget)."""
+    """CTranslate2 intra-op threads per Whisper replica of the ASR process (one replica
+    per worker, at most the worker's CPUs: count them in the workers' core budget)."""
     min_encoder_frames: int = opt(1200, min=100, max=3000, live=True)
     """Shortest encoder input in 10 ms frames (Whisper pads to 3000; shorter is faster, and
     1200 keeps the WER of 2000: see docs/performance.md)."""
     max_batch: int = opt(8, min=1, max=64)
-    """Utterances decoded together in one call. A worker's memory grows with it (peaks in
-    docs/performance.md)."""
+    """Utterances decoded together in one call. The ASR process's memory grows with it
+    (peaks in docs/performance.md)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -77,3 +77,21 @@ def test_a_graph_it_cannot_compile_is_a_typed_error(tmp_path):
         create_ov_sessions(lambda: b"not onnx", shapes=[{"x": [1, 4, 8]}], cache_dir=tmp_path,
                            key="bad")
     assert err.value.code == "openvino_compile"
+
+
+def test_released_models_run_again_the_same_and_dead_ones_are_not_kept():
+    import gc
+
+    from cosyvoiced.runtime.openvino import release_memory
+
+    gc.collect()
+    before = release_memory()
+    sessions = create_ov_sessions(Maker(), shapes=[{"x": [1, 4, 16]}, {"x": [1, 4, 32]}],
+                                  precision="f32")
+    want = [run(s, n) for s, n in zip(sessions, (16, 32), strict=True)]
+    assert release_memory() == before + 2
+    for s, n, w in zip(sessions, (16, 32), want, strict=True):
+        np.testing.assert_array_equal(run(s, n), w)  # its buffers made again
+    del sessions, s
+    gc.collect()
+    assert release_memory() == before

@@ -8,7 +8,9 @@ removed at stop), at a path that stays the same across restarts, so a worker's
 runs one Whisper replica per worker slot (one batch in flight per worker), all on one
 copy of the weights. A death is logged (`asr_died`) and the process started again at
 once, with doubling delays when it keeps dying; batches in flight meanwhile are sent
-again to the new process (`RemoteAsr.RECONNECT_S`).
+again to the new process (`RemoteAsr.RECONNECT_S`). A process that stops answering (its
+probe, an empty batch every 2 s, unanswered for `workers.hang_restart_s`) is killed and
+started again the same way (`asr_hung`).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import tempfile
 import threading
 import time
 from collections import deque
-from multiprocessing.connection import wait
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client, wait
 from typing import Any
 
 import structlog
@@ -35,13 +38,14 @@ log = structlog.get_logger(__name__)
 _CTX = multiprocessing.get_context("spawn")
 BACKOFF_S = 1.0
 BACKOFF_MAX_S = 30.0
+PROBE_EVERY_S = 2.0
 
 
 class AsrService:
     """Starts, watches and stops the ASR process."""
 
     def __init__(self, setup: WorkerSetup, cpus: tuple[int, ...], *, replicas: int,
-                 threads: int, languages: tuple[str, ...]) -> None:
+                 threads: int, languages: tuple[str, ...], hang_s: float = 10.0) -> None:
         self.setup = setup
         self.cpus = cpus
         self.replicas = max(1, replicas)
@@ -50,6 +54,9 @@ class AsrService:
         self.address = os.path.join(self.dir, "asr.sock")
         self.authkey = os.urandom(32)
         self.languages = languages
+        self.hang_s = hang_s
+        """No answer to a probe for this long: killed and started again
+        (`workers.hang_restart_s`, as for a worker)."""
         """What the model transcribes, read from its files by the pool (`model_languages`)."""
         self.restarts = 0
         self.proc: Any = None
@@ -98,7 +105,7 @@ class AsrService:
                 else:
                     self.ready = True
                     self._first.set()
-                    wait([proc.sentinel])
+                    self._watch(proc)
             finally:
                 self.ready = False
                 conn.close()
@@ -113,6 +120,33 @@ class AsrService:
             log.error("asr_died", pid=proc.pid, exitcode=proc.exitcode,
                       restart_in_s=round(delay, 2))
             self._stop.wait(delay)
+
+    def _watch(self, proc: Any) -> None:
+        """Until it dies: every `PROBE_EVERY_S` an empty batch, which its connection thread
+        answers at once however busy Whisper is; no answer within `hang_s` (stopped,
+        deadlocked) and it is killed, to be started again."""
+        if self.hang_s <= 0:  # `hang_restart_s = 0`: never
+            wait([proc.sentinel])
+            return
+        while not wait([proc.sentinel], PROBE_EVERY_S) and not self._stop.is_set():
+            answered = threading.Event()
+            threading.Thread(target=self._probe, args=(answered,), name="asr-probe",
+                             daemon=True).start()
+            if not answered.wait(self.hang_s) and proc.is_alive() and not self._stop.is_set():
+                log.error("asr_hung", pid=proc.pid, no_answer_s=self.hang_s)
+                proc.kill()
+                wait([proc.sentinel], 5.0)
+                return
+
+    def _probe(self, answered: threading.Event) -> None:
+        try:
+            with Client(self.address, family="AF_UNIX", authkey=self.authkey) as conn:
+                conn.send(m.DecodeBatch((), self.setup.asr))
+                if conn.poll(self.hang_s):
+                    m.recv(conn, (m.Decoded,))
+                    answered.set()
+        except (OSError, EOFError, AuthenticationError, m.WorkerProtocolError):
+            pass  # a dead process: its sentinel says so
 
     def _wait_ready(self, proc: Any, conn: Any) -> m.AsrReady | None:
         """Its AsrReady, or None if it died (or the pool stops) first."""

@@ -150,7 +150,8 @@ class WorkerPool:
             model_dir = Path(asr.model_dir) if asr.model_dir else bundled_model_dir()
             self.asr = AsrService(self.setup, self.all_cpus, replicas=len(self.slots),
                                   threads=min(asr.threads, len(self.slots[0].cpus)),
-                                  languages=model_languages(model_dir))
+                                  languages=model_languages(model_dir),
+                                  hang_s=self.config.hang_restart_s)
             atexit.register(self.asr.stop)
             self.setup = replace(self.setup, asr_link=self.asr.start())
         self.supervisor.start()

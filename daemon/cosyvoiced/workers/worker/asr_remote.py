@@ -58,11 +58,13 @@ class RemoteAsr:
         stays away or does not answer."""
         req = m.DecodeBatch(tuple(utterances), self.cfg)
         t0 = time.monotonic()
-        deadline, failed = t0 + self.reconnect_s, 0
+        deadline, lost = t0 + self.reconnect_s, 0
         while True:
+            sent = False
             try:
                 conn = self._connect()
                 conn.send(req)
+                sent = True
                 if not conn.poll(self.timeout_s):
                     self.close()
                     raise AsrError(f"the ASR process did not answer within {self.timeout_s:g} s",
@@ -73,11 +75,11 @@ class RemoteAsr:
                 if time.monotonic() >= deadline:
                     raise AsrError(f"the ASR process is unavailable ({exc.__class__.__name__})",
                                    code="asr_unavailable") from exc
-                failed += 1
+                lost += sent  # sent and not answered: lost with the process
                 time.sleep(RETRY_S)
                 continue
-            if failed:
-                log.warning("asr_batch_resent", utterances=len(req.utterances), tries=failed,
+            if lost:
+                log.warning("asr_batch_resent", utterances=len(req.utterances), lost=lost,
                             waited_s=round(time.monotonic() - t0, 2))
             self.last_cpu_s = reply.cpu_s
             return list(reply.results)

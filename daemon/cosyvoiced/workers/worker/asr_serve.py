@@ -122,7 +122,8 @@ def asr_main(cpus: tuple[int, ...], conn: Any, setup: WorkerSetup, address: str,
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     os.environ.update(thread_env(threads))
     pin_all_threads(cpus)
-    renice_all(ASR_NICE)  # before any thread exists: they all inherit it
+    # below the daemon's priority (its workers'), before any thread exists: all inherit it
+    renice_all(min(19, os.getpriority(os.PRIO_PROCESS, 0) + ASR_NICE))
     import numpy as np
     import structlog
 

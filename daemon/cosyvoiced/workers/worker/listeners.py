@@ -79,13 +79,15 @@ class WorkerListening:
         frames = (rng.standard_normal((WARMUP_FRAMES, 80)) * 0.1 - 6.0).astype(np.float32)
         assert self.asr is not None and self.runner is not None
         self.runner.warm_up()  # its thread exists (and is pinned) before Ready
-        t0 = time.perf_counter()
+        utt = [Utterance(frames, 0, WARMUP_FRAMES * 10, time.monotonic())]
         try:
-            self.decoder.transcribe([Utterance(frames, 0, WARMUP_FRAMES * 10, time.monotonic())])
+            self.decoder.transcribe(utt)  # waits for the ASR process (it starts meanwhile)
+            t0 = time.perf_counter()
+            self.decoder.transcribe(utt)  # timed: a round trip to a warm process
+            took = time.perf_counter() - t0
         except AsrError as exc:  # the pool restarts it; batches wait for it meanwhile
             log.warning("asr_warm_up_failed", code=exc.code)
             return 0.0
-        took = time.perf_counter() - t0
         self.asr.batch_s = took
         return took
 

@@ -21,6 +21,7 @@ import structlog
 from cosyvoiced.audio.ring import Ring, RingError
 from cosyvoiced.listen.vad import SileroBatch
 from cosyvoiced.runtime.log import setup_logging
+from cosyvoiced.runtime.openvino import release_memory
 from cosyvoiced.tts.request import SynthesisOptions
 from cosyvoiced.tts.synth import TtsEngine
 from cosyvoiced.workers import messages as m
@@ -37,10 +38,11 @@ log = structlog.get_logger(__name__)
 IDLE_WAKE_S = 0.1
 """Longest sleep: the heartbeat beats at least this often."""
 TRIM_EVERY_S = 30.0
-"""How often a worker returns freed heap memory to the kernel (`malloc_trim`): glibc keeps
-what its per-thread arenas freed, so a worker otherwise stays at the memory of its busiest
-moment (figures: docs/performance.md). It also trims once each time its last TTS stream
-is done (not between the steps of one: their buffers are needed again at once)."""
+"""How often a worker returns freed heap memory to the kernel (`malloc_trim`, after
+OpenVINO's models handed back their activation buffers): glibc keeps what its per-thread
+arenas freed, so a worker otherwise stays at the memory of its busiest moment (figures:
+docs/performance.md). It also trims once each time its last TTS stream is done (not
+between the steps of one: their buffers are needed again at once)."""
 OWED_EVERY_S = 0.25
 """How often the worker publishes what its TTS streams owe (admission's load)."""
 WARMUP_TEXT = "Hello, this is a warm up sentence for the speech worker."
@@ -202,6 +204,7 @@ class Worker:
     def _trim(self, now: float) -> None:
         self._trimmed_at = now
         self._untrimmed = False
+        release_memory()  # OpenVINO's buffers first: they go back with the heap's
         malloc_trim()
 
     def _publish_owed(self, now: float) -> None:
