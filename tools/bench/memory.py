@@ -153,11 +153,10 @@ def pieces(cache_dir: str) -> None:
 
     mark("numpy, onnxruntime")
     from cosyvoiced.config.schema import AsrConfig, TtsConfig
-    from cosyvoiced.listen.asr import Utterance
+    from cosyvoiced.listen.asr import warm_up_utterance
     from cosyvoiced.tts.synth import TtsEngine
     from cosyvoiced.workers.worker import loop  # noqa: F401 (what a worker imports)
     from cosyvoiced.workers.worker.heap import malloc_trim
-    from cosyvoiced.workers.worker.listeners import WARMUP_FRAMES
 
     mark("worker modules")
     engine = TtsEngine(TtsConfig(cache_mb=0.0), threads=1, cache_dir=cache_dir)
@@ -181,8 +180,7 @@ def pieces(cache_dir: str) -> None:
     asr = WhisperAsr(AsrConfig(), threads=1)
     malloc_trim()
     mark("ASR process (one per box): Whisper loaded")
-    frames = (np.random.default_rng(0).standard_normal((WARMUP_FRAMES, 80)) * 0.1 - 6.0)
-    asr.transcribe([Utterance(frames.astype(np.float32), 0, WARMUP_FRAMES * 10, 0.0)])
+    asr.transcribe([warm_up_utterance()])
     malloc_trim()
     mark("ASR process (one per box): Whisper warm-up decode")
 

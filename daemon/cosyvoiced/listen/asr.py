@@ -57,7 +57,7 @@ from cosyvoiced.listen.languages import (
     special_ids,
 )
 
-__all__ = ["AsrError", "Utterance", "WhisperAsr", "bundled_model_dir"]
+__all__ = ["AsrError", "Utterance", "WhisperAsr", "bundled_model_dir", "warm_up_utterance"]
 
 log = structlog.get_logger(__name__)
 
@@ -141,6 +141,17 @@ class Utterance:
     language: str = ""
     """Code of the language spoken (one of `WhisperAsr.languages`); "": detect it (a
     multilingual model) or English (an English-only one)."""
+
+
+WARMUP_FRAMES = 150
+"""Warm-up utterance: 1.5 s of quiet noise (loads the weights, primes the allocator)."""
+
+
+def warm_up_utterance() -> Utterance:
+    """`WARMUP_FRAMES` of quiet noise as raw log10 mel frames (always the same)."""
+    frames = np.random.default_rng(0).standard_normal((WARMUP_FRAMES, WHISPER.n_mels))
+    return Utterance((frames * 0.1 - 6.0).astype(np.float32), 0, WARMUP_FRAMES * 10,
+                     time.monotonic())
 
 
 class WhisperAsr:

@@ -18,6 +18,7 @@ from cosyvoiced.config.schema import AsrConfig
 from cosyvoiced.listen.asr import AsrError, Utterance
 from cosyvoiced.listen.events import Transcript
 from cosyvoiced.listen.languages import LanguageError
+from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.setup import AsrLink
 from cosyvoiced.workers.worker.asr_remote import RemoteAsr
 from cosyvoiced.workers.worker.asr_serve import AsrServer, CpuCharge
@@ -124,11 +125,16 @@ def test_a_silent_server_times_out_the_batch(address):
     server.close()
 
 
-def test_cpu_is_charged_once_whatever_the_batches():
+def test_cpu_is_charged_to_batches_and_never_to_probes():
     now = [0.0]
-    charge = CpuCharge(clock=lambda: now[0])
+    server = AsrServer(FakeDecoder(), Listener(family="AF_UNIX", authkey=KEY))
+    server.charge = CpuCharge(clock=lambda: now[0])
     now[0] = 0.5
-    assert charge.charge(2.0) == 0.5
+    probe = server.decode(m.DecodeBatch((), AsrConfig()))  # the pool's, mid-batch
+    assert probe.results == () and probe.cpu_s == 0.0
     now[0] = 0.7
-    assert charge.charge(1.0) == pytest.approx(0.2)
-    assert charge.charge(1.0) == 0.0
+    assert server.decode(m.DecodeBatch((utt("a"),), AsrConfig())).cpu_s == pytest.approx(0.7)
+    now[0] = 0.9
+    assert server.decode(m.DecodeBatch((utt("b"),), AsrConfig())).cpu_s == pytest.approx(0.2)
+    assert server.batches == 2
+    server.close()

@@ -54,10 +54,10 @@ class AsrService:
         self.address = os.path.join(self.dir, "asr.sock")
         self.authkey = os.urandom(32)
         self.languages = languages
+        """What the model transcribes, read from its files by the pool (`model_languages`)."""
         self.hang_s = hang_s
         """No answer to a probe for this long: killed and started again
         (`workers.hang_restart_s`, as for a worker)."""
-        """What the model transcribes, read from its files by the pool (`model_languages`)."""
         self.restarts = 0
         self.proc: Any = None
         self.ready = False
@@ -98,7 +98,8 @@ class AsrService:
             try:
                 ready = self._wait_ready(proc, conn)
                 if ready is None:
-                    if not self._first.is_set():  # never came up: the pool start fails
+                    if not self._first.is_set() and not self._stop.is_set():
+                        # never came up: the pool's start fails
                         self.error = f"the ASR process exited ({proc.exitcode}) before ready"
                         self._first.set()
                         return

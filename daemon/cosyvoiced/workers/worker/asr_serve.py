@@ -33,9 +33,7 @@ from cosyvoiced.workers.worker.affinity import ASR_NICE, pin_all_threads, renice
 from cosyvoiced.workers.worker.entry import die_with_parent
 
 MAX_CONNECTIONS = 64
-"""Connections served at once (workers, a spare, a restarted worker's new one)."""
-WARMUP_FRAMES = 150
-"""Warm-up utterance: 1.5 s of quiet noise (loads the weights, primes the allocator)."""
+"""Connections served at once (workers, a spare, a restarted worker's new one, probes)."""
 
 
 class CpuCharge:
@@ -46,13 +44,13 @@ class CpuCharge:
         self._lock = threading.Lock()
         self._cpu0 = clock()
 
-    def charge(self, speech_s: float) -> float:
-        """CPU seconds for a batch of `speech_s` just decoded: the process's CPU since the
-        last charge (batches decoding side by side share it by their speech)."""
+    def charge(self) -> float:
+        """CPU seconds for a batch just decoded: the process's CPU since the last charge
+        (batches decoding side by side split it by when they end)."""
         with self._lock:
             now = self.clock()
             used, self._cpu0 = now - self._cpu0, now
-        return max(0.0, used) if speech_s > 0 else 0.0
+        return max(0.0, used)
 
 
 class AsrServer:
@@ -99,6 +97,8 @@ class AsrServer:
 
     def decode(self, req: m.DecodeBatch) -> m.Decoded:
         utts = list(req.utterances)
+        if not utts:  # the pool's probe: answered at once, charged nothing
+            return m.Decoded((), 0.0)
         try:
             results: list[Any] = list(self.decoder.transcribe(utts, req.cfg))
         except Exception as exc:  # a typed AsrError fails this batch, never the process
@@ -107,9 +107,8 @@ class AsrServer:
 
                 structlog.get_logger(__name__).exception("asr_batch_failed", jobs=len(utts))
             results = [exc] * len(utts)
-        speech_s = sum(u.end_ms - u.start_ms for u in utts) / 1000.0
         self.batches += 1
-        return m.Decoded(tuple(results), self.charge.charge(speech_s))
+        return m.Decoded(tuple(results), self.charge.charge())
 
 
 def asr_main(cpus: tuple[int, ...], conn: Any, setup: WorkerSetup, address: str,
@@ -124,20 +123,17 @@ def asr_main(cpus: tuple[int, ...], conn: Any, setup: WorkerSetup, address: str,
     pin_all_threads(cpus)
     # below the daemon's priority (its workers'), before any thread exists: all inherit it
     renice_all(min(19, os.getpriority(os.PRIO_PROCESS, 0) + ASR_NICE))
-    import numpy as np
     import structlog
 
-    from cosyvoiced.listen.asr import Utterance, WhisperAsr
+    from cosyvoiced.listen.asr import WhisperAsr, warm_up_utterance
     from cosyvoiced.runtime.log import setup_logging
     from cosyvoiced.workers.worker.heap import malloc_trim
 
     setup_logging(setup.log_level, setup.log_sink, setup.journal_socket)  # type: ignore[arg-type]
     log = structlog.get_logger(__name__)
     decoder = WhisperAsr(setup.asr, threads=threads, replicas=replicas)
-    frames = (np.random.default_rng(0).standard_normal((WARMUP_FRAMES, 80)) * 0.1 - 6.0)
     t0 = time.perf_counter()
-    decoder.transcribe([Utterance(frames.astype(np.float32), 0, WARMUP_FRAMES * 10,
-                                  time.monotonic())])
+    decoder.transcribe([warm_up_utterance()])
     warm_s = time.perf_counter() - t0
     malloc_trim()
     try:

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from cosyvoiced.listen.asr import AsrError, Utterance
+from cosyvoiced.listen.asr import AsrError, Utterance, warm_up_utterance
 from cosyvoiced.listen.events import Transcript
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.worker.asr_sched import AsrQueue, AsrRunner, pick_work, tts_latest_start_s
@@ -32,8 +32,6 @@ from cosyvoiced.workers.worker.vad_tick import VadTicker
 
 log = structlog.get_logger(__name__)
 
-WARMUP_FRAMES = 150
-"""Warm-up utterance: 1.5 s of quiet noise (loads the weights, primes the allocator)."""
 
 
 class WorkerListening:
@@ -75,11 +73,9 @@ class WorkerListening:
         if self.decoder is None or self.pool is None:
             return 0.0
         self.pool.release(self.pool.acquire())  # the filterbank: from the cache after a first run
-        rng = np.random.default_rng(0)
-        frames = (rng.standard_normal((WARMUP_FRAMES, 80)) * 0.1 - 6.0).astype(np.float32)
         assert self.asr is not None and self.runner is not None
         self.runner.warm_up()  # its thread exists (and is pinned) before Ready
-        utt = [Utterance(frames, 0, WARMUP_FRAMES * 10, time.monotonic())]
+        utt = [warm_up_utterance()]
         try:
             self.decoder.transcribe(utt)  # waits for the ASR process (it starts meanwhile)
             t0 = time.perf_counter()

@@ -19,6 +19,7 @@ import numpy as np
 import structlog
 
 from cosyvoiced.audio.ring import Ring, RingError
+from cosyvoiced.listen.asr import WARMUP_FRAMES
 from cosyvoiced.listen.vad import SileroBatch
 from cosyvoiced.runtime.log import setup_logging
 from cosyvoiced.runtime.openvino import release_memory
@@ -29,7 +30,7 @@ from cosyvoiced.workers.setup import WorkerSetup
 from cosyvoiced.workers.stats import LoadMeter, WorkerStats
 from cosyvoiced.workers.worker.affinity import pin_all_threads, renice_all, thread_count
 from cosyvoiced.workers.worker.heap import malloc_trim
-from cosyvoiced.workers.worker.listeners import WARMUP_FRAMES, WorkerListening
+from cosyvoiced.workers.worker.listeners import WorkerListening
 from cosyvoiced.workers.worker.tts_sched import SayJob, TtsScheduler, TtsStream
 from cosyvoiced.workers.worker.vad_tick import VadTicker
 
