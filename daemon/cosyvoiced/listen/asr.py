@@ -189,7 +189,8 @@ class WhisperAsr:
         self.prompt = self._prompt()
         self.eot = self._token("<|endoftext|>")
         self._local = threading.local()
-        """Each decoding thread's input buffer (`max_batch` full encoder windows)."""
+        """Each decoding thread's input buffer, grown to its largest batch so far (at most
+        `max_batch` full encoder windows)."""
         self.decoded = 0
         self.retries = 0
 
@@ -232,11 +233,10 @@ class WhisperAsr:
             out += self._batch(utterances[i: i + step], cfg)
         return out
 
-    def _input(self) -> np.ndarray:
+    def _input(self, size: int) -> np.ndarray:
         buf = getattr(self._local, "buf", None)
-        if buf is None:
-            buf = self._local.buf = np.zeros(self.cfg.max_batch * self.n_mels * ENCODER_FRAMES,
-                                             dtype=np.float32)
+        if buf is None or buf.size < size:
+            buf = self._local.buf = np.zeros(size, dtype=np.float32)
         return buf
 
     def _batch(self, utts: Sequence[Utterance], cfg: AsrConfig,
@@ -252,7 +252,8 @@ class WhisperAsr:
                                code="asr_input")
             lengths.append(min(u.frames.shape[0], ENCODER_FRAMES))
         width = ENCODER_FRAMES if full else max(self.encoder_frames(t, cfg) for t in lengths)
-        x = self._input()[: n * self.n_mels * width].reshape(n, self.n_mels, width)
+        size = n * self.n_mels * width
+        x = self._input(size)[:size].reshape(n, self.n_mels, width)
         x.fill(0.0)
         for b, (u, t) in enumerate(zip(utts, lengths, strict=True)):
             if t:

@@ -31,8 +31,12 @@ from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.setup import WorkerSetup
 from cosyvoiced.workers.worker.affinity import ASR_NICE, pin_all_threads, renice_all, thread_env
 from cosyvoiced.workers.worker.entry import die_with_parent
+from cosyvoiced.workers.worker.heap import malloc_trim
 
 MAX_CONNECTIONS = 64
+TRIM_EVERY_S = 30.0
+"""At most this often, after a batch, freed heap goes back to the kernel (`malloc_trim`:
+glibc keeps what each connection thread's arena freed)."""
 """Connections served at once (workers, a spare, a restarted worker's new one, probes)."""
 
 
@@ -64,6 +68,7 @@ class AsrServer:
         self._lock = threading.Lock()
         self.batches = 0
         self.closed = False
+        self._trimmed_at = time.monotonic()
 
     def close(self) -> None:
         self.closed = True
@@ -108,7 +113,11 @@ class AsrServer:
                 structlog.get_logger(__name__).exception("asr_batch_failed", jobs=len(utts))
             results = [exc] * len(utts)
         self.batches += 1
-        return m.Decoded(tuple(results), self.charge.charge())
+        done = m.Decoded(tuple(results), self.charge.charge())
+        if time.monotonic() - self._trimmed_at >= TRIM_EVERY_S:
+            self._trimmed_at = time.monotonic()
+            malloc_trim()
+        return done
 
 
 def asr_main(cpus: tuple[int, ...], conn: Any, setup: WorkerSetup, address: str,
@@ -127,7 +136,6 @@ def asr_main(cpus: tuple[int, ...], conn: Any, setup: WorkerSetup, address: str,
 
     from cosyvoiced.listen.asr import WhisperAsr, warm_up_utterance
     from cosyvoiced.runtime.log import setup_logging
-    from cosyvoiced.workers.worker.heap import malloc_trim
 
     setup_logging(setup.log_level, setup.log_sink, setup.journal_socket)  # type: ignore[arg-type]
     log = structlog.get_logger(__name__)
