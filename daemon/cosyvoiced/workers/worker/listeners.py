@@ -33,7 +33,6 @@ from cosyvoiced.workers.worker.vad_tick import VadTicker
 log = structlog.get_logger(__name__)
 
 
-
 class WorkerListening:
     def __init__(self, setup: Any, vad: VadTicker, send: Callable[[object], None],
                  *, on_decoded: Callable[[float, float], None] | None = None,
