@@ -17,17 +17,12 @@ import pytest
 from cosyvoiced.testing.prompts import Prompt, prompts, wer
 from cosyvoiced.workers.worker.affinity import ASR_NICE
 from tests.e2e.test_listen import _listener, _post_transcribe
-from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.daemon import DaemonProcess, ready_daemon
 
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    d = DaemonProcess(tmp_path_factory.mktemp("asr-process")).start()
-    try:
-        d.wait_ready()
-        yield d
-    finally:
-        d.stop()
+    yield from ready_daemon(tmp_path_factory, "asr-process")
 
 
 @pytest.fixture(scope="module")

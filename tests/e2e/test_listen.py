@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from cosyvoiced.testing.prompts import Prompt, prompts, wer
-from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.daemon import DaemonProcess, ready_daemon
 
 N_PROMPTS = 12
 WER_MAX = 20.0
@@ -25,12 +25,7 @@ WER_MAX = 20.0
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    d = DaemonProcess(tmp_path_factory.mktemp("listen-daemon")).start()
-    try:
-        d.wait_ready()
-        yield d
-    finally:
-        d.stop()
+    yield from ready_daemon(tmp_path_factory, "listen-daemon")
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from cosyvoiced.audio.container import decode
 from cosyvoiced.listen.asr import WhisperAsr
 from cosyvoiced.testing.prompts import Prompt, prompts, wer
 from tests.e2e.test_listen import WER_MAX
-from tests.fixtures.daemon import DaemonProcess
+from tests.fixtures.daemon import DaemonProcess, ready_daemon
 
 TEXT = "Thank you for calling. Your order will arrive on Tuesday afternoon."
 _norm = EnglishTextNormalizer()
@@ -28,13 +28,8 @@ _norm = EnglishTextNormalizer()
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    d = DaemonProcess(tmp_path_factory.mktemp("openai-daemon"),
-                      overrides=('openai.voices={nova = "en_US-joe-medium"}',)).start()
-    try:
-        d.wait_ready()
-        yield d
-    finally:
-        d.stop()
+    yield from ready_daemon(tmp_path_factory, "openai-daemon",
+                            ('openai.voices={nova = "en_US-joe-medium"}',))
 
 
 @pytest.fixture(scope="module")

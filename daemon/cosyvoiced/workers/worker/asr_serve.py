@@ -27,11 +27,15 @@ from multiprocessing import AuthenticationError
 from multiprocessing.connection import Connection, Listener
 from typing import Any
 
+import structlog
+
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.setup import WorkerSetup
 from cosyvoiced.workers.worker.affinity import ASR_NICE, pin_all_threads, renice_all, thread_env
 from cosyvoiced.workers.worker.entry import die_with_parent
 from cosyvoiced.workers.worker.heap import malloc_trim
+
+log = structlog.get_logger(__name__)
 
 MAX_CONNECTIONS = 64
 TRIM_EVERY_S = 30.0
@@ -108,9 +112,7 @@ class AsrServer:
             results: list[Any] = list(self.decoder.transcribe(utts, req.cfg))
         except Exception as exc:  # a typed AsrError fails this batch, never the process
             if not isinstance(getattr(exc, "code", None), str):
-                import structlog
-
-                structlog.get_logger(__name__).exception("asr_batch_failed", jobs=len(utts))
+                log.exception("asr_batch_failed", jobs=len(utts))
             results = [exc] * len(utts)
         self.batches += 1
         done = m.Decoded(tuple(results), self.charge.charge())
@@ -132,13 +134,10 @@ def asr_main(cpus: tuple[int, ...], conn: Any, setup: WorkerSetup, address: str,
     pin_all_threads(cpus)
     # below the daemon's priority (its workers'), before any thread exists: all inherit it
     renice_all(min(19, os.getpriority(os.PRIO_PROCESS, 0) + ASR_NICE))
-    import structlog
-
     from cosyvoiced.listen.asr import WhisperAsr, warm_up_utterance
     from cosyvoiced.runtime.log import setup_logging
 
     setup_logging(setup.log_level, setup.log_sink, setup.journal_socket)  # type: ignore[arg-type]
-    log = structlog.get_logger(__name__)
     decoder = WhisperAsr(setup.asr, threads=threads, replicas=replicas)
     t0 = time.perf_counter()
     decoder.transcribe([warm_up_utterance()])
