@@ -93,6 +93,11 @@ class WorkersConfig:
     since + listen streams x (VAD + speech share x Whisper RTF)."""
     spare: bool = opt(True)
     """Keep one warm spare worker that takes over a dead worker's slot at once."""
+    template: bool = opt(True)
+    """Load the voices and VAD graphs once, in a template process, and fork the workers
+    and the spare from it: their weights and compiled kernels are one copy on the box
+    (shared copy-on-write; ~55 MB per worker instead of ~165 with a bf16 voice). Only
+    with `onnx_threads` = 1; false: every worker loads its own."""
     restart_backoff_s: float = opt(0.5, min=0.0, max=600.0, live=True)
     """First delay before restarting a worker that keeps dying (doubles per death/min)."""
     restart_backoff_max_s: float = opt(30.0, min=0.0, max=3600.0, live=True)

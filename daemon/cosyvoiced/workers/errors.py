@@ -40,3 +40,10 @@ class CpuConfigError(WorkerError):
     """A bad `workers.cpus` list, or more ONNX threads than CPUs."""
 
     code = "bad_cpus"
+
+
+class TemplateError(WorkerError):
+    """The worker template did not fork a worker (dead, or stuck past its deadline): the
+    pool spawns that one instead."""
+
+    code = "worker_template"

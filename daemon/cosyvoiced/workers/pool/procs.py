@@ -1,6 +1,6 @@
-"""Worker processes as the pool sees them: spawning, and one record per process/slot.
+"""Worker processes as the pool sees them: starting, and one record per process/slot.
 
-A `Proc` is one spawned process (pipe, shared stats, Ready); a `Slot` is a fixed CPU
+A `Proc` is one worker process (forked from the worker template, or spawned) (pipe, shared stats, Ready); a `Slot` is a fixed CPU
 share whose process changes across restarts. Which process fills which slot, and when,
 is the supervisor's business (`supervisor`).
 """
@@ -14,15 +14,20 @@ import time
 from collections import deque
 from typing import Any
 
+import structlog
+
 from cosyvoiced.workers import messages as m
+from cosyvoiced.workers.errors import TemplateError
 from cosyvoiced.workers.pool.handles import StreamHandle
+from cosyvoiced.workers.pool.template import WorkerTemplate
 from cosyvoiced.workers.setup import WorkerSetup
 from cosyvoiced.workers.stats import WorkerStats
-from cosyvoiced.workers.worker.affinity import THREAD_ENV, thread_env
+from cosyvoiced.workers.worker.affinity import starting_pinned, thread_env
 from cosyvoiced.workers.worker.entry import worker_main
 
+log = structlog.get_logger(__name__)
+
 _CTX = multiprocessing.get_context("spawn")
-_SPAWN_LOCK = threading.Lock()
 
 
 def spawn_pinned(proc: Any, cpus: tuple[int, ...], threads: int) -> None:
@@ -32,41 +37,42 @@ def spawn_pinned(proc: Any, cpus: tuple[int, ...], threads: int) -> None:
     Must be called from a thread that outlives the child: it asks the kernel to kill it
     when its parent *thread* exits (PR_SET_PDEATHSIG).
     """
-    with _SPAWN_LOCK:
-        saved_env = {k: os.environ.get(k) for k in THREAD_ENV}
-        saved_cpus = os.sched_getaffinity(0)
-        os.environ.update(thread_env(threads))
-        os.sched_setaffinity(0, cpus)
-        try:
-            proc.start()
-        finally:
-            os.sched_setaffinity(0, saved_cpus)
-            for k, v in saved_env.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+    with starting_pinned(cpus, thread_env(threads)):
+        proc.start()
 
 
 class Proc:
     """One worker process: its control pipe, its shared stats, whether it said Ready."""
 
-    def __init__(self, index: int, cpus: tuple[int, ...], setup: WorkerSetup) -> None:
+    def __init__(self, index: int, cpus: tuple[int, ...], setup: WorkerSetup,
+                 template: WorkerTemplate | None = None) -> None:
+        """Forked from `template` where there is one (spawned where it fails)."""
         self.index = index
         """Slot served; -1 for a spare."""
         self.cpus = cpus
         self.conn, child = _CTX.Pipe(duplex=True)
         self.stats = WorkerStats.create(_CTX)
         name = f"cosyvoiced-worker-{index}" if index >= 0 else "cosyvoiced-worker-spare"
-        self.proc = _CTX.Process(target=worker_main, name=name, daemon=True,
-                                 args=(index, cpus, child, self.stats.array, setup, os.getpid()))
+
+        def args(parent: int) -> tuple[Any, ...]:
+            return index, cpus, child, self.stats.array, setup, parent
+
+        self.proc: Any = None
         self.ready_msg: m.Ready | None = None
         self.started_s = time.monotonic()
         self.dead = False
         self.killed_for = ""
         """Why the pool killed it (its death then says this, not just SIGKILL)."""
         self._lock = threading.Lock()
-        spawn_pinned(self.proc, cpus, setup.onnx_threads)
+        if template is not None:
+            try:
+                self.proc = template.start(worker_main, name, args)
+            except TemplateError as exc:
+                log.warning("worker_template_unavailable", error=str(exc), index=index)
+        if self.proc is None:
+            self.proc = _CTX.Process(target=worker_main, name=name, daemon=True,
+                                     args=args(os.getpid()))
+            spawn_pinned(self.proc, cpus, setup.onnx_threads)
         child.close()
 
     @property

@@ -21,6 +21,7 @@ import structlog
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.pool.handles import StreamHandle
 from cosyvoiced.workers.pool.procs import Proc, Slot
+from cosyvoiced.workers.pool.template import WorkerTemplate
 from cosyvoiced.workers.setup import WorkerSetup
 
 log = structlog.get_logger(__name__)
@@ -35,6 +36,8 @@ class SupervisedPool(Protocol):
     """What the next spawned worker starts with."""
     running: bool
     """Every slot was ready once and the pool has not stopped."""
+    template: WorkerTemplate | None
+    """What workers are forked from (None: spawned)."""
 
     def handle(self, stream_id: str) -> StreamHandle | None:
         """The open stream a worker message is for."""
@@ -181,7 +184,7 @@ class Supervisor:
     def _spawn_for(self, slot: Slot) -> None:
         if self.closing:
             return
-        proc = Proc(slot.index, slot.cpus, self.pool.setup)
+        proc = Proc(slot.index, slot.cpus, self.pool.setup, self.pool.template)
         with self.lock:
             slot.pending = proc
         log.info("worker_starting", index=slot.index, pid=proc.pid, cpus=list(slot.cpus))
@@ -189,7 +192,7 @@ class Supervisor:
     def _spawn_spare(self) -> None:
         if self.closing or self.spare is not None:
             return
-        proc = Proc(-1, self.spare_cpus, self.pool.setup)
+        proc = Proc(-1, self.spare_cpus, self.pool.setup, self.pool.template)
         with self.lock:
             self.spare = proc
         log.info("worker_spare_starting", pid=proc.pid)

@@ -1,4 +1,5 @@
-"""Where a worker's threads run and how many there are: pinning, thread limits, nice.
+"""Where a worker's threads run and how many there are: pinning, thread limits, nice; and
+that it dies with the daemon.
 
 Linux applies affinity and priority per thread, so these walk `/proc/<pid>/task`. Only
 the standard library: the worker's entry uses them before anything heavy is imported,
@@ -7,9 +8,13 @@ and the loop again when a spare adopts a slot.
 
 from __future__ import annotations
 
+import ctypes
 import os
 import resource
-from collections.abc import Iterable
+import signal
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
               "NUMEXPR_NUM_THREADS")
@@ -33,6 +38,30 @@ def thread_env(threads: int) -> dict[str, str]:
     """The `THREAD_ENV` values for a worker running `threads` ONNX threads."""
     return {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
             "OPENBLAS_NUM_THREADS": "1", "NUMEXPR_NUM_THREADS": "1"}
+
+
+_START_LOCK = threading.Lock()
+
+
+@contextmanager
+def starting_pinned(cpus: Iterable[int], env: Mapping[str, str]) -> Iterator[None]:
+    """Run the body (a child process started) with `env` in the environment and this
+    thread pinned to `cpus`, then put both back: a child started here has them from its
+    first instruction. One at a time in the process (the environment is shared)."""
+    with _START_LOCK:
+        saved_env = {k: os.environ.get(k) for k in env}
+        saved_cpus = os.sched_getaffinity(0)
+        os.environ.update(env)
+        os.sched_setaffinity(0, set(cpus))
+        try:
+            yield
+        finally:
+            os.sched_setaffinity(0, saved_cpus)
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
 
 
 def pin_all_threads(cpus: Iterable[int]) -> None:
@@ -74,3 +103,16 @@ def may_renice_to(nice: int) -> bool:
 def thread_count(pid: int | str = "self") -> int:
     """OS threads in process `pid`."""
     return len(os.listdir(f"/proc/{pid}/task"))
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent (the thread that started
+    it) dies: no orphans."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass

@@ -31,8 +31,13 @@ import structlog
 
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.setup import WorkerSetup
-from cosyvoiced.workers.worker.affinity import ASR_NICE, pin_all_threads, renice_all, thread_env
-from cosyvoiced.workers.worker.entry import die_with_parent
+from cosyvoiced.workers.worker.affinity import (
+    ASR_NICE,
+    die_with_parent,
+    pin_all_threads,
+    renice_all,
+    thread_env,
+)
 from cosyvoiced.workers.worker.heap import malloc_trim
 
 log = structlog.get_logger(__name__)

@@ -1,7 +1,8 @@
 """Worker process entry: pin, limit threads, then import the inference stack.
 
-The pool starts workers with the `spawn` method (a fresh interpreter: no onnxruntime
-thread pools inherited from the parent). It sets `OMP_NUM_THREADS`/`MKL_NUM_THREADS`
+The pool forks workers from the worker template (`preload`: the voices loaded once,
+shared copy-on-write), or starts them with the `spawn` method (a fresh interpreter: no
+onnxruntime thread pools inherited from the parent). It sets `OMP_NUM_THREADS`/`MKL_NUM_THREADS`
 in the environment the child is spawned with and spawns from a thread pinned to the
 worker's CPUs, so both hold from the child's first instruction; here they are applied
 again to every thread before onnxruntime is imported. At the top this module imports
@@ -11,38 +12,30 @@ inference stack under it) is imported after pinning, so the import points one wa
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 from typing import Any
 
 from cosyvoiced.workers.setup import WorkerSetup
+from cosyvoiced.workers.worker import preload
 from cosyvoiced.workers.worker.affinity import (
     SPARE_NICE,
+    die_with_parent,
     may_renice_to,
     pin_all_threads,
     renice_all,
     thread_env,
 )
 
-PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this process when the daemon dies (no orphans)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
-
 
 def worker_main(index: int, cpus: tuple[int, ...], conn: Any, stats_array: Any,
                 setup: WorkerSetup, parent_pid: int) -> None:
-    """Child entry point (runs in the spawned interpreter)."""
+    """Child entry point (runs in the spawned interpreter, or in the process forked from
+    the worker template: then its parent is the template, not `parent_pid`)."""
     die_with_parent()
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    if os.getppid() != (preload.SERVER_PID or parent_pid):  # died before prctl took effect
         os._exit(1)
+    preloaded = preload.adopt(setup)
     # The daemon decides when workers stop (systemd signals the whole cgroup on stop).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -52,4 +45,4 @@ def worker_main(index: int, cpus: tuple[int, ...], conn: Any, stats_array: Any,
         renice_all(SPARE_NICE)  # before any thread exists: they all inherit it
     from cosyvoiced.workers.worker.loop import Worker
 
-    Worker(index, cpus, conn, stats_array, setup).run()
+    Worker(index, cpus, conn, stats_array, setup, preloaded).run()

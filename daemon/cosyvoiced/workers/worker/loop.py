@@ -20,17 +20,22 @@ import structlog
 
 from cosyvoiced.audio.ring import Ring, RingError
 from cosyvoiced.listen.asr import WARMUP_FRAMES
-from cosyvoiced.listen.vad import SileroBatch
 from cosyvoiced.runtime.log import setup_logging
 from cosyvoiced.runtime.openvino import release_memory
 from cosyvoiced.tts.request import SynthesisOptions
-from cosyvoiced.tts.synth import TtsEngine
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.setup import WorkerSetup
 from cosyvoiced.workers.stats import LoadMeter, WorkerStats
 from cosyvoiced.workers.worker.affinity import pin_all_threads, renice_all, thread_count
 from cosyvoiced.workers.worker.heap import malloc_trim
 from cosyvoiced.workers.worker.listeners import WorkerListening
+from cosyvoiced.workers.worker.preload import (
+    VAD_RATES,
+    WARMUP_TEXT,
+    Preloaded,
+    make_engine,
+    make_vad,
+)
 from cosyvoiced.workers.worker.tts_sched import SayJob, TtsScheduler, TtsStream
 from cosyvoiced.workers.worker.vad_tick import VadTicker
 
@@ -46,12 +51,13 @@ docs/performance.md). It also trims once each time its last TTS stream is done (
 between the steps of one: their buffers are needed again at once)."""
 OWED_EVERY_S = 0.25
 """How often the worker publishes what its TTS streams owe (admission's load)."""
-WARMUP_TEXT = "Hello, this is a warm up sentence for the speech worker."
 
 
 class Worker:
     def __init__(self, index: int, cpus: tuple[int, ...], conn: Any, stats_array: Any,
-                 setup: WorkerSetup) -> None:
+                 setup: WorkerSetup, preloaded: Preloaded | None = None) -> None:
+        """`preloaded`: the engine and VAD graphs of the template this worker was forked
+        from (None: load them here)."""
         setup_logging(setup.log_level, setup.log_sink, setup.journal_socket)  # type: ignore[arg-type]
         self.index = index
         self.cpus = cpus
@@ -59,19 +65,14 @@ class Worker:
         self.setup = setup
         self.stats = WorkerStats(stats_array)
         self.meter = LoadMeter(cpus=len(cpus))
-        # Whole-graph voices: clauses cut shorter here than tts.max_clause_chars may: one
-        # clause is one ONNX run that no other stream on this worker can interrupt.
-        tts = replace(setup.tts, max_clause_chars=min(setup.tts.max_clause_chars,
-                                                      setup.clause_max_chars))
-        self.engine = TtsEngine(tts, threads=setup.onnx_threads,
-                                cache_dir=setup.cache_dir, state_dir=setup.state_dir,
-                                lexicon=setup.lexicon)
+        self.engine = preloaded.engine if preloaded is not None else make_engine(setup)
+        self.engine.lexicon = setup.lexicon  # the template's may be older (a reload)
         self.tts = TtsScheduler(self._make_gen, self._send, policy=setup.policy,
                                 lookahead_s=setup.lookahead_s, first_audio_s=setup.first_audio_s,
                                 work_conserving=setup.work_conserving,
                                 on_clause=self.meter.add_clause)
         self.vad = VadTicker(self._make_vad, setup.vad_tick_ms / 1000)
-        self._vads: dict[int, SileroBatch] = {}
+        self._vads: dict[int, Any] = dict(preloaded.vads) if preloaded is not None else {}
         self._rings: dict[str, Ring] = {}
         self.listen = WorkerListening(setup, self.vad, self._send,
                                       on_decoded=self.meter.add_decoded,
@@ -87,13 +88,11 @@ class Worker:
 
     # --- setup --------------------------------------------------------------------
 
-    def _make_vad(self, rate_hz: int) -> SileroBatch:
-        """The rate's VAD batch (one per rate, each its own flat graph): the one warmed up."""
+    def _make_vad(self, rate_hz: int) -> Any:
+        """The rate's VAD batch (`SileroBatch`, one per rate): the one warmed up."""
         batch = self._vads.get(rate_hz)
         if batch is None:
-            batch = self._vads[rate_hz] = SileroBatch(
-                rate_hz, self.setup.vad_capacity, threads=self.setup.onnx_threads,
-                cache_dir=self.setup.cache_dir)
+            batch = self._vads[rate_hz] = make_vad(self.setup, rate_hz)
         return batch
 
     def _make_gen(self, job: SayJob, stream: TtsStream) -> Any:
@@ -118,7 +117,7 @@ class Worker:
                 log.info("tts_prompts_warmed", prompts=said, cached=len(self.engine.prompts),
                          seconds=round(time.perf_counter() - t0, 3))
         vad_us = 0.0
-        for rate_hz in (8000, 16000):  # calls are 8 kHz, most else 16 kHz: load both now
+        for rate_hz in VAD_RATES:
             batch = self._make_vad(rate_hz)
             slots = [batch.open() for _ in range(min(32, batch.capacity))]
             windows = np.zeros((len(slots), batch.window), dtype=np.float32)

@@ -1,0 +1,176 @@
+"""The worker template, as the pool sees it: started, asked for workers, stopped.
+
+What it loads and why is `workers.worker.preload`. Here it is a multiprocessing
+forkserver of the pool's own (the global one stays free for anyone else), started pinned
+to the inference CPUs with one thread each and with `TEMPLATE_ENV` naming the pickled
+setup; a worker is a `multiprocessing` process launched through it, so the pool handles
+it as a spawned one (pid, sentinel, exit code: the template reports them). A template
+that dies takes its workers with it (PR_SET_PDEATHSIG); the next worker started starts it
+again. One that does not fork within `FORK_TIMEOUT_S` is killed and the worker spawned
+instead (`TemplateError`).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import shutil
+import signal
+import tempfile
+from collections.abc import Callable
+from dataclasses import replace
+from multiprocessing import forkserver, popen_forkserver, process, reduction, spawn, util
+from multiprocessing.connection import wait
+from multiprocessing.context import set_spawning_popen
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from cosyvoiced.workers.errors import TemplateError
+from cosyvoiced.workers.setup import WorkerSetup
+from cosyvoiced.workers.worker.affinity import starting_pinned, thread_env
+from cosyvoiced.workers.worker.preload import TEMPLATE_ENV
+
+log = structlog.get_logger(__name__)
+
+FORK_TIMEOUT_S = 300.0
+"""Longest wait for the template to fork a worker: its first fork waits for its load (a
+cold cache converts and compiles the voice: tens of seconds)."""
+
+
+class _Server(forkserver.ForkServer):
+    """A forkserver that (re)starts as the template: pinned, one thread, its setup named."""
+
+    def __init__(self, cpus: tuple[int, ...], env: dict[str, str]) -> None:
+        super().__init__()
+        self.cpus = cpus
+        self.env = env
+        self.starts = 0
+        self.set_forkserver_preload(["cosyvoiced.workers.worker.preload"])
+
+    def ensure_running(self) -> None:
+        with starting_pinned(self.cpus, self.env):
+            pid = self._forkserver_pid
+            super().ensure_running()
+            if self._forkserver_pid != pid:
+                self.starts += 1
+
+    @property
+    def pid(self) -> int | None:
+        return self._forkserver_pid
+
+    def stop(self) -> None:
+        self._stop()
+
+
+class _Popen(popen_forkserver.Popen):
+    """multiprocessing's forkserver launch, through the template's server, with a
+    deadline on the fork (the pid is read before the process data is written: the
+    template writes it once it has forked, whatever the child reads)."""
+
+    def __init__(self, process_obj: Any, server: _Server) -> None:
+        self._server = server
+        super().__init__(process_obj)
+
+    def _launch(self, process_obj: Any) -> None:
+        prep_data = spawn.get_preparation_data(process_obj._name)
+        buf = io.BytesIO()
+        set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            set_spawning_popen(None)
+        self.sentinel, w = self._server.connect_to_new_process(self._fds)
+        _parent_w = os.dup(w)
+        self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))
+        try:
+            if not wait([self.sentinel], FORK_TIMEOUT_S):
+                pid = self._server.pid
+                if pid:
+                    os.kill(pid, signal.SIGKILL)
+                raise TemplateError(f"the worker template forked nothing in {FORK_TIMEOUT_S} s")
+            self.pid = forkserver.read_signed(self.sentinel)
+        except (OSError, EOFError) as exc:
+            os.close(w)
+            raise TemplateError(f"the worker template is gone: {exc}") from exc
+        except TemplateError:
+            os.close(w)
+            raise
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+
+
+_SERVERS: dict[int, _Server] = {}
+
+
+class TemplateProcess(process.BaseProcess):
+    """A worker launched through a template (`_template` names it in this process)."""
+
+    _start_method = "forkserver"
+    _template = 0
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        return _Popen(process_obj, _SERVERS[process_obj._template])
+
+
+class WorkerTemplate:
+    """The pool's template process (started on the first worker asked of it)."""
+
+    def __init__(self, setup: WorkerSetup, cpus: tuple[int, ...]) -> None:
+        self._dir = tempfile.mkdtemp(prefix="cosyvoiced-template-")  # 0700
+        path = Path(self._dir) / "setup.pickle"
+        path.write_bytes(pickle.dumps(replace(setup, asr_link=None)))  # a worker's own
+        self._server = _Server(cpus, {**thread_env(setup.onnx_threads),
+                                      TEMPLATE_ENV: str(path)})
+        _SERVERS[id(self)] = self._server
+
+    @classmethod
+    def made_for(cls, setup: WorkerSetup, cpus: tuple[int, ...]) -> WorkerTemplate | None:
+        """The template for workers of `setup`, or None (logged) where they cannot fork."""
+        if setup.onnx_threads == 1:
+            return cls(setup, cpus)
+        log.info("worker_template_off", reason="workers.onnx_threads > 1: a forked worker "
+                 "would have none of the template's thread pools")
+        return None
+
+    @property
+    def pid(self) -> int | None:
+        return self._server.pid
+
+    @property
+    def starts(self) -> int:
+        return self._server.starts
+
+    def start(self, target: Callable[..., Any], name: str,
+              args: Callable[[int], tuple[Any, ...]]) -> TemplateProcess:
+        """A started worker process running `target(*args(template pid))`; TemplateError
+        where the template does not fork it."""
+        self._server.ensure_running()
+        proc = TemplateProcess(target=target, name=name, daemon=True,
+                               args=args(self._server.pid or 0))
+        proc._template = id(self)
+        proc.start()
+        return proc
+
+    def alive(self) -> bool:
+        """Running (not reaped here: the server's own restart check reaps it)."""
+        try:
+            stat = Path(f"/proc/{self._server.pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+    def stop(self) -> None:
+        """Stop the template (its workers die with it) and remove its setup file."""
+        try:
+            if self._server.pid:
+                os.kill(self._server.pid, signal.SIGKILL)
+            self._server.stop()
+        except (OSError, ChildProcessError):
+            pass
+        _SERVERS.pop(id(self), None)
+        shutil.rmtree(self._dir, ignore_errors=True)
