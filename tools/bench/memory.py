@@ -7,7 +7,8 @@
    under-states it), a few seconds to settle, then the PSS of its process tree (each
    process's /proc/PID/smaps_rollup summed). The difference is what an added worker
    costs (target <= 100 MB); the same with the vocoder and flow in FP32 (`tts.vocoder`,
-   `tts.flow` = fp32: no OpenVINO).
+   `tts.flow` = fp32: no OpenVINO), and with every worker loading its own voice
+   (`workers.template` = false: spawned, not forked from the worker template).
    Piper's HTTP server on the same voice after one request, for scale (the ramp compares
    the trees at the same streams).
    Whisper is not in the workers: the box's one ASR process holds it, in both trees.
@@ -15,8 +16,9 @@
    worker's pieces in turn (its modules, the voice and its warm-up, one request, the VAD
    graphs), then what the ASR process holds once per box (Whisper and its warm-up
    decode), and reads its own smaps_rollup after each:
-   anonymous memory is private to a process (each worker adds all of it), file pages
-   are shared through the page cache (each of N processes is charged 1/N).
+   anonymous memory is private to a process (a spawned worker adds all of it, one forked
+   from the template only what it writes), file pages are shared through the page cache
+   (each of N processes is charged 1/N).
 """
 
 from __future__ import annotations
@@ -88,13 +90,15 @@ def _serve_every_worker(url: str, workers: int) -> None:
 
 FP32 = ("tts.vocoder=\"fp32\"", "tts.flow=\"fp32\"")
 """The engine without OpenVINO (what a CPU without native bf16 runs), measured beside."""
+SPAWNED = ("workers.template=false",)
+"""Every worker loading its own voice (no template to fork from), measured beside."""
 
 
 def _daemon(workers: int, tmp: Path, sets: tuple[str, ...] = ()) -> dict[int, dict[str, int]]:
     from tools.loadgen.peers import start_cosyvoiced
 
-    tmp = tmp / f"workers-{workers}{'-fp32' if sets else ''}"
-    tmp.mkdir(parents=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f"workers-{workers}-", dir=tmp))
 
     managed, server = start_cosyvoiced(tmp, "0-1", workers, ("workers.spare=false", *sets),
                                        spare=False)
@@ -104,7 +108,7 @@ def _daemon(workers: int, tmp: Path, sets: tuple[str, ...] = ()) -> dict[int, di
         time.sleep(SETTLE_S)
         tree = _tree(server.pid)
         for pid, row in tree.items():
-            row["asr"] = int(_holds_whisper(pid))
+            row["kind"] = _kind(pid, server.pid)  # type: ignore[assignment]
         return tree
     finally:
         managed.stop()
@@ -126,11 +130,22 @@ def _piper(tmp: Path) -> dict[int, dict[str, int]]:
         managed.stop()
 
 
-def _holds_whisper(pid: int) -> bool:
+def _kind(pid: int, daemon: int) -> str:
+    """What a process of the daemon's tree is, for the report's rows."""
     try:
-        return "ctranslate2" in Path(f"/proc/{pid}/maps").read_text()
+        maps = Path(f"/proc/{pid}/maps").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        ppid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
     except OSError:
-        return False
+        return "gone"
+    if "ctranslate2" in maps:
+        return "ASR process"
+    if b"resource_tracker" in cmdline:
+        return "multiprocessing's resource tracker"
+    if b"forkserver" in cmdline and ppid == daemon:
+        return "worker template"
+    return "worker"
+
 
 
 def _sum(tree: dict[int, dict[str, int]], field: str) -> float:
@@ -204,24 +219,28 @@ def run(quick: bool) -> Report:
         _daemon(1, Path(tmp) / "fill")  # compiles what the cache lacks: not in the figures
         trees = {n: _daemon(n, Path(tmp)) for n in (1, 2)}
         fp32 = {n: _daemon(n, Path(tmp), FP32) for n in (1, 2)}
+        spawned = {n: _daemon(n, Path(tmp), SPAWNED) for n in (1, 2)}
         piper = None if quick else _piper(Path(tmp))
     for n, tree in trees.items():
         report.rows.append([f"cosyvoiced, {n} worker(s)", *(_sum(tree, f) for f in FIELDS),
                             len(tree)])
         for pid, r in sorted(tree.items())[1:]:
-            kind = "ASR process" if r.get("asr") else "worker"
-            report.rows.append([f"  {kind} pid {pid}", *(_mb(r.get(f, 0)) for f in FIELDS), 1])
+            report.rows.append([f"  {r['kind']} pid {pid}", *(_mb(r.get(f, 0)) for f in FIELDS),
+                                1])
     if piper is not None:
         report.rows.append(["piper http server", *(_sum(piper, f) for f in FIELDS), len(piper)])
         report.figures["piper_http_pss_mb"] = _sum(piper, "Pss")
-    for n, tree in fp32.items():
-        report.rows.append([f"cosyvoiced fp32 engine, {n} worker(s)",
-                            *(_sum(tree, f) for f in FIELDS), len(tree)])
+    for what, runs in (("fp32 engine", fp32), ("workers spawned, not forked", spawned)):
+        for n, tree in runs.items():
+            report.rows.append([f"cosyvoiced {what}, {n} worker(s)",
+                                *(_sum(tree, f) for f in FIELDS), len(tree)])
     added = round(_sum(trees[2], "Pss") - _sum(trees[1], "Pss"), 1)
     report.figures.update(tree_1_worker_mb=_sum(trees[1], "Pss"),
                           tree_2_workers_mb=_sum(trees[2], "Pss"), per_added_worker_mb=added,
                           per_added_worker_fp32_mb=round(_sum(fp32[2], "Pss")
-                                                         - _sum(fp32[1], "Pss"), 1))
+                                                         - _sum(fp32[1], "Pss"), 1),
+                          per_added_worker_spawned_mb=round(_sum(spawned[2], "Pss")
+                                                            - _sum(spawned[1], "Pss"), 1))
     report.notes.append("a short and a long request on every worker at once, then "
                         f"{SETTLE_S:.0f} s, then PSS (Piper: the short one); "
                         "workers.spare=false, tts.cache_mb=0, CPUs 0-1; the vocoder and flow "
