@@ -16,7 +16,7 @@ class AsrLink:
     """Where a worker sends its Whisper batches: the box's one ASR process."""
 
     address: str
-    """Its Unix socket (abstract namespace: nothing on disk to clean up)."""
+    """Its Unix socket, in a directory only the daemon's user may enter."""
     authkey: bytes
     """The daemon's random key: only its own processes connect."""
     languages: tuple[str, ...]

@@ -130,6 +130,7 @@ class Worker:
         self.vad_us = vad_us
         if took := self.listen.warm_up():
             self.meter.asr_rtf = took / (WARMUP_FRAMES * 0.01)
+        release_memory()  # the warm-up's buffers: an idle worker or the spare keeps none
         malloc_trim()  # what loading the models freed goes back now, not at the first trim
         return rtf, vad_us
 
