@@ -82,8 +82,7 @@ class WorkerPool:
                                      publish=publish, said=said)
         self.asr: AsrService | None = None
         """The box's one ASR process (`asr.enabled`), started before the workers."""
-        self.template: WorkerTemplate | None = None
-        """What the workers are forked from (`workers.template`), made at start."""
+        self.template: WorkerTemplate | None = None  # what workers fork from, made at start
         # Workers ignore SIGTERM (systemd signals the whole cgroup on stop), so the
         # terminate() multiprocessing tries at exit would wait forever: kill them first.
         atexit.register(self.supervisor.kill_all)
@@ -157,10 +156,7 @@ class WorkerPool:
                                   hang_s=self.config.hang_restart_s)
             atexit.register(self.asr.stop)
             self.setup = replace(self.setup, asr_link=self.asr.start())
-        self.template = WorkerTemplate.made_for(self.setup, self.all_cpus) \
-            if self.config.template else None
-        if self.template is not None:
-            atexit.register(self.template.stop)
+        self.template = WorkerTemplate.made_for(self.config, self.setup, self.all_cpus)
         self.supervisor.start()
         while not (all(s.proc is not None and s.proc.ready for s in self.slots)
                    and (self.asr is None or self.asr.started)):
@@ -206,7 +202,6 @@ class WorkerPool:
         atexit.unregister(self.supervisor.kill_all)
         if self.template is not None:
             await asyncio.to_thread(self.template.stop)
-            atexit.unregister(self.template.stop)
         if self.asr is not None:  # after the workers: their last transcripts came from it
             await asyncio.to_thread(self.asr.stop)
             atexit.unregister(self.asr.stop)
@@ -391,9 +386,7 @@ class WorkerPool:
             "late_steps": self.late_steps,
             "spare": self.supervisor.spare_ready(),
             "asr": self.asr.status() if self.asr is not None else None,
-            "template": None if self.template is None else {
-                "pid": self.template.pid, "alive": self.template.alive(),
-                "starts": self.template.starts},
+            "template": self.template.status() if self.template is not None else None,
             "policy": self.setup.policy,
         }
 

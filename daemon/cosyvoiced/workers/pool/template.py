@@ -12,6 +12,7 @@ instead (`TemplateError`).
 
 from __future__ import annotations
 
+import atexit
 import io
 import os
 import pickle
@@ -129,13 +130,23 @@ class WorkerTemplate:
         _SERVERS[id(self)] = self._server
 
     @classmethod
-    def made_for(cls, setup: WorkerSetup, cpus: tuple[int, ...]) -> WorkerTemplate | None:
-        """The template for workers of `setup`, or None (logged) where they cannot fork."""
-        if setup.onnx_threads == 1:
-            return cls(setup, cpus)
-        log.info("worker_template_off", reason="workers.onnx_threads > 1: a forked worker "
-                 "would have none of the template's thread pools")
-        return None
+    def made_for(cls, workers: Any, setup: WorkerSetup, cpus: tuple[int, ...]
+                 ) -> WorkerTemplate | None:
+        """The template for workers of `setup` (stopped at exit), or None: off in
+        `[workers]`, or (logged) where they cannot fork."""
+        if not workers.template:
+            return None
+        if setup.onnx_threads > 1:
+            log.info("worker_template_off", reason="workers.onnx_threads > 1: a forked "
+                     "worker would have none of the template's thread pools")
+            return None
+        template = cls(setup, cpus)
+        atexit.register(template.stop)
+        return template
+
+    def status(self) -> dict[str, Any]:
+        """For `cosyvoicectl status` (`workers.template`)."""
+        return {"pid": self.pid, "alive": self.alive(), "starts": self.starts}
 
     @property
     def pid(self) -> int | None:
@@ -166,6 +177,7 @@ class WorkerTemplate:
 
     def stop(self) -> None:
         """Stop the template (its workers die with it) and remove its setup file."""
+        atexit.unregister(self.stop)
         try:
             if self._server.pid:
                 os.kill(self._server.pid, signal.SIGKILL)
