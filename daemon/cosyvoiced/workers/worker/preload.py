@@ -69,7 +69,7 @@ class Preloaded:
 
     key: tuple[Any, ...]
     engine: Any
-    """`TtsEngine`, its default voice loaded and warmed up (where `warm_up`)."""
+    """`TtsEngine`, its default voice loaded and run once (where `warm_up`)."""
     vads: dict[int, Any]
     """`SileroBatch` per rate in `VAD_RATES`, each run once."""
 
@@ -81,22 +81,18 @@ SERVER_PID: int | None = None
 
 
 def _load(setup: WorkerSetup) -> Preloaded:
-    """Load and run once what a worker's warm-up would, then hand back what the runs
+    """Load and run once what a worker's warm-up loads, then hand back what the runs
     allocated (each worker makes its own buffers) and freeze the objects made so far out
     of the garbage collector (a collection in a worker would write to every page that
     holds one, and copy it)."""
     import numpy as np
 
     from cosyvoiced.runtime.openvino import release_memory
-    from cosyvoiced.tts.request import SynthesisOptions
     from cosyvoiced.workers.worker.heap import malloc_trim
 
     engine = make_engine(setup)
-    if setup.warm_up:
-        engine.voice()
-        for _ in engine.synthesize(WARMUP_TEXT, SynthesisOptions(format="float32")):
-            pass
-        engine.warm_prompts()
+    if setup.warm_up:  # loaded and run once (`TtsEngine.voice`); its prompt cache stays
+        engine.voice()  # empty: each worker's warm-up and prompts fill its own, as spawned
     vads = {}
     for rate_hz in VAD_RATES:
         batch = vads[rate_hz] = make_vad(setup, rate_hz)
