@@ -1,8 +1,8 @@
 """Worker processes as the pool sees them: starting, and one record per process/slot.
 
-A `Proc` is one worker process (forked from the worker template, or spawned) (pipe, shared stats, Ready); a `Slot` is a fixed CPU
-share whose process changes across restarts. Which process fills which slot, and when,
-is the supervisor's business (`supervisor`).
+A `Proc` is one worker process, forked from the worker template or spawned (pipe, shared
+stats, Ready); a `Slot` is a fixed CPU share whose process changes across restarts.
+Which process fills which slot, and when, is the supervisor's business (`supervisor`).
 """
 
 from __future__ import annotations

@@ -87,19 +87,16 @@ class _Popen(popen_forkserver.Popen):
         self.sentinel, w = self._server.connect_to_new_process(self._fds)
         _parent_w = os.dup(w)
         self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))
+        if not wait([self.sentinel], FORK_TIMEOUT_S):
+            os.close(w)
+            if self._server.pid:
+                os.kill(self._server.pid, signal.SIGKILL)
+            raise TemplateError(f"the worker template forked nothing in {FORK_TIMEOUT_S} s")
         try:
-            if not wait([self.sentinel], FORK_TIMEOUT_S):
-                pid = self._server.pid
-                if pid:
-                    os.kill(pid, signal.SIGKILL)
-                raise TemplateError(f"the worker template forked nothing in {FORK_TIMEOUT_S} s")
             self.pid = forkserver.read_signed(self.sentinel)
         except (OSError, EOFError) as exc:
             os.close(w)
             raise TemplateError(f"the worker template is gone: {exc}") from exc
-        except TemplateError:
-            os.close(w)
-            raise
         with open(w, "wb", closefd=True) as f:
             f.write(buf.getbuffer())
 
