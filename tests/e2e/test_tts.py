@@ -18,7 +18,8 @@ import structlog.testing
 from cosyvoiced.audio.codec import mulaw_decode
 from cosyvoiced.audio.resample import SUPPORTED_RATES_HZ
 from cosyvoiced.config.schema import TtsConfig
-from cosyvoiced.runtime.onnx import file_sha256
+from cosyvoiced.runtime.onnx import cpu_flags, file_sha256
+from cosyvoiced.runtime.openvino import bf16_flag
 from cosyvoiced.tts import errors
 from cosyvoiced.tts.request import SynthesisOptions
 from cosyvoiced.tts.synth import TtsEngine
@@ -225,10 +226,16 @@ def test_voices_dir_and_kept_int8_variant(tmp_path, cache_dir):
     manifest = {"model": "agent.static.onnx", "passed": True,
                 "source_sha256": file_sha256(src.model_path)}
     (variant / "manifest.json").write_text(json.dumps(manifest))
-    engine = TtsEngine(TtsConfig(voices_dirs=(str(voices),)), cache_dir=cache_dir,
-                       state_dir=str(state))
+    engine = TtsEngine(TtsConfig(voices_dirs=(str(voices),), vocoder="fp32"),
+                       cache_dir=cache_dir, state_dir=str(state))
     assert engine.voice("agent", "auto").precision == "int8"
     assert engine.voice("agent", "fp32").precision == "fp32"
+    # With the vocoder on auto, a CPU with native bf16 keeps FP32 (the bf16 vocoder).
+    engine = TtsEngine(TtsConfig(voices_dirs=(str(voices),)), cache_dir=cache_dir,
+                       state_dir=str(state))
+    bf16 = bf16_flag(cpu_flags()) is not None
+    assert engine.voice("agent", "auto").precision == ("fp32" if bf16 else "int8")
+    assert engine.voice("agent", "int8").precision == "int8"
     manifest["source_sha256"] = "0" * 64  # built from another model: ignored
     (variant / "manifest.json").write_text(json.dumps(manifest))
     assert kept_int8(files, state) is None

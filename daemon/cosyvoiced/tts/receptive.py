@@ -4,8 +4,11 @@ How far one latent frame reaches into the decoder's output (in samples, both way
 what a chunk of latent frames needs around it to decode to the same samples as the whole
 sentence (tts.split); the same walk gives the flow's reach in latent frames. Only ops
 whose reach is known are walked: 1-D Conv and ConvTranspose with explicit pads, pointwise
-ops, Unsqueeze/Squeeze that keep time last, and the flow's channel ops (Split, Slice,
-Concat, Gather off the time axis; the zeros of ConstantOfShape(Shape(x))).
+ops, Unsqueeze/Squeeze that keep time last, the flow's channel ops (Split, Slice,
+Concat, Gather off the time axis; the zeros of ConstantOfShape(Shape(x))), the
+Quantize/DequantizeLinear pairs of an INT8 variant, and the depth-to-time that
+tools/quantize/graph.py makes of a ConvTranspose (Reshape, Transpose, Reshape, then a
+Slice of the padding off the front).
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import numpy as np
 
 _CONVS = ("Conv", "ConvTranspose")
 _POINTWISE = ("Add", "Sub", "Mul", "Div", "LeakyRelu", "Relu", "Tanh", "Sigmoid", "Identity",
-              "Cast", "Neg", "Exp")
+              "Cast", "Neg", "Exp", "QuantizeLinear", "DequantizeLinear")
 _CHANNEL = ("Split", "Slice", "Concat", "Gather")
 """Ops that pick, reorder or join channels: time passes through them unchanged."""
 
@@ -96,6 +99,47 @@ def _channel_op(node: Any, state: Mapping[str, tuple[int, int, int, int]],
     return (ins[0][0], rank, max(s[2] for s in ins), max(s[3] for s in ins))
 
 
+Signal = tuple[int, int, int, int]
+"""(steps per latent frame, rank, reach back, reach ahead) of a tensor."""
+
+
+def _depth_to_time(n: Any, phased: Mapping[str, tuple[int, Signal, bool]],
+                   consts: Mapping[str, np.ndarray]) -> tuple[int, Signal, bool] | Signal:
+    """A step of depth-to-time on a phased tensor (stride, the signal before, transposed):
+    (N, C, s, T) transposed to (N, C, T, s), then merged to (N, C, T*s), where frame q's
+    phase r becomes step q*s + r."""
+    stride, signal, transposed = phased[n.input[0]]
+    perm = _ints(n, "perm", [])
+    if n.op_type == "Transpose" and not transposed and perm == [0, 1, 3, 2]:
+        return stride, signal, True
+    shape = consts.get(n.input[1]) if n.op_type == "Reshape" else None
+    if transposed and shape is not None and shape.size == 3 and int(shape[-1]) == -1:
+        r, _, back, ahead = signal
+        return r * stride, 3, back * stride, ahead * stride + stride - 1
+    raise ValueError(f"{n.name}: {n.op_type} of phases is not a depth-to-time")
+
+
+def _phases(n: Any, signal: Signal, consts: Mapping[str, np.ndarray]) -> int | None:
+    """The stride s of a Reshape (N, C*s, T) -> (N, C, s, T) (-1 for T), else None."""
+    shape = consts.get(n.input[1]) if n.op_type == "Reshape" else None
+    if shape is None or signal[1] != 3 or shape.size != 4 or int(shape[-1]) != -1:
+        return None
+    return int(shape[2]) if int(shape[2]) > 0 else None
+
+
+def _trim_front(n: Any, signal: Signal, consts: Mapping[str, np.ndarray]) -> Signal:
+    """A Slice of a depth-to-time's output that drops `start` steps off the front (the
+    padding): each step now reads `start` steps later."""
+    axes = _channel_axes(n, consts, signal[1])
+    start = consts.get(n.input[1])
+    steps = consts.get(n.input[4]) if len(n.input) > 4 and n.input[4] else None
+    if (axes != [signal[1] - 1] or start is None or start.size != 1 or int(start[0]) < 0
+            or (steps is not None and int(steps.reshape(-1)[0]) != 1)):
+        raise ValueError(f"{n.name}: Slice on the time axis")
+    r, rank, back, ahead = signal
+    return r, rank, back + int(start[0]), ahead - int(start[0])
+
+
 def receptive_field(model: Any, latent: str | Sequence[str]) -> ReceptiveField:
     """Walk a graph (1-D convs, time on the last axis) from `latent` to its first output.
 
@@ -112,10 +156,28 @@ def receptive_field(model: Any, latent: str | Sequence[str]) -> ReceptiveField:
     for n in graph.node:
         if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
             consts[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
+        elif n.op_type == "DequantizeLinear" and n.input[0] in consts:  # an INT8 weight
+            consts[n.output[0]] = consts[n.input[0]]
     starts = [latent] if isinstance(latent, str) else list(latent)
-    state: dict[str, tuple[int, int, int, int]] = {x: (1, 3, 0, 0) for x in starts}
+    state: dict[str, Signal] = {x: (1, 3, 0, 0) for x in starts}
     shapes: dict[str, tuple[int, int]] = {}  # Shape(signal): (steps per frame, rank)
+    phased: dict[str, tuple[int, Signal, bool]] = {}  # midway through a depth-to-time
+    stretched: set[str] = set()  # the outputs of a depth-to-time
     for n in graph.node:
+        if n.input and n.input[0] in phased:
+            step = _depth_to_time(n, phased, consts)
+            if len(step) == 3:
+                phased[n.output[0]] = step
+            else:
+                state[n.output[0]] = step
+                stretched.add(n.output[0])
+            continue
+        if n.op_type == "Reshape" and n.input[0] in state:
+            stride = _phases(n, state[n.input[0]], consts)
+            if stride is None:
+                raise ValueError(f"{n.name}: Reshape has no known receptive field")
+            phased[n.output[0]] = (stride, state[n.input[0]], False)
+            continue
         if any(x in shapes for x in n.input):
             if n.op_type != "ConstantOfShape":
                 raise ValueError(f"{n.name}: {n.op_type} of a signal's shape is not known")
@@ -145,6 +207,8 @@ def receptive_field(model: Any, latent: str | Sequence[str]) -> ReceptiveField:
             if len({(s[0], s[1]) for s in ins}) != 1:
                 raise ValueError(f"{n.name}: inputs at different rates")
             out = (ins[0][0], ins[0][1], max(s[2] for s in ins), max(s[3] for s in ins))
+        elif n.op_type == "Slice" and n.input[0] in stretched:
+            out = _trim_front(n, state[n.input[0]], consts)
         elif n.op_type in _CHANNEL:
             out = _channel_op(n, state, consts)
         elif n.op_type == "Shape" and not n.attribute:

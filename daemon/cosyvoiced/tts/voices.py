@@ -3,7 +3,9 @@
 A voice is `NAME.onnx` + `NAME.onnx.json` in a configured voices directory, or the
 bundled `en_US-joe-medium`. tools/quantize/ keeps an INT8 variant that passed its
 quality gate under `STATE_DIR/voices/NAME/` with a `manifest.json`; precision "auto"
-uses it when the manifest says it passed and was built from this very model file.
+uses it when the manifest says it passed and was built from this very model file, and
+the vocoder is not to run in bf16 (`take_int8`). An INT8 voice runs on ONNX Runtime
+throughout, as the gate judged it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from typing import Any
 import structlog
 from piper.config import PiperConfig
 
-from cosyvoiced.runtime.onnx import OnnxError, create_session, file_sha256
+from cosyvoiced.runtime.onnx import OnnxError, cpu_flags, create_session, file_sha256
+from cosyvoiced.runtime.openvino import bf16_flag
 from cosyvoiced.tts.errors import (
     BadParameter,
     InvalidVoiceName,
@@ -176,6 +179,18 @@ class Voice:
         return sid
 
 
+def take_int8(precision: str, vocoder: str, flags: frozenset[str]) -> tuple[bool, str]:
+    """(whether a kept INT8 variant is loaded, why). "auto" leaves it where the CPU computes
+    in bf16 natively and the vocoder may run there: the bf16 vocoder is the faster of the
+    two (on AVX512-BF16 without AMX 0.535x Piper's time, the INT8 decoder with its last
+    stage FP32 about 0.8x of FP32's) and was judged alone (docs/performance.md)."""
+    if precision == "int8":
+        return True, "configured"
+    if precision == "auto" and vocoder != "fp32" and bf16_flag(flags):
+        return False, f"{bf16_flag(flags)}: the bf16 vocoder instead"
+    return precision == "auto", "passed the quality gate"
+
+
 def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
                cache_dir: str | None = None, state_dir: str | None = None,
                decode: str = "chunked", vocoder: str = "fp32", flow: str = "fp32",
@@ -190,8 +205,12 @@ def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
     chosen = "fp32"
     if precision != "fp32":
         variant = kept_int8(files, state_dir)
-        if variant is not None:
+        take, why = take_int8(precision, vocoder, cpu_flags())
+        if variant is not None and take:
             model, chosen = variant.model_path, "int8"
+            vocoder = flow = "fp32"  # ONNX Runtime's INT8 kernels, as the gate ran it
+        elif variant is not None:
+            log.info("int8_variant_skipped", voice=files.name, reason=why)
         elif precision == "int8":
             raise NoInt8Variant(f"no INT8 variant of {files.name!r} passed the quality gate "
                                 f"in {state_dir}; run `python -m tools.quantize` on the voice first")
