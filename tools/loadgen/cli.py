@@ -111,6 +111,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="a peer not answering this long after its start is left out")
     p.add_argument("--cpus", default="0-1", help="CPUs every server is pinned to")
     p.add_argument("--workers", type=int, default=2, help="--start-daemon: worker processes")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="sets",
+                   help="--start-daemon: a daemon setting (as `cosyvoiced run --set`), "
+                   "e.g. asr.enabled=false for a TTS-only box; repeatable")
     p.add_argument("--out", type=Path, default=REPO / "var" / "loadgen")
     p.add_argument("--docs", action="store_true",
                    help="write the summary into docs/performance.md and the plots under "
@@ -219,7 +222,7 @@ def ramps_and_report(args: argparse.Namespace, meta: dict, mix: dict[str, float]
         try:
             if args.start_daemon:
                 daemon, server = peers.start_cosyvoiced(tmp, args.cpus, args.workers,
-                                                        _cache(args))
+                                                        daemon_sets(args), has_spare(args))
                 managed.append(daemon)
             else:
                 server = peers.attach(args.url.rstrip("/"))
@@ -239,8 +242,14 @@ def ramps_and_report(args: argparse.Namespace, meta: dict, mix: dict[str, float]
     return finish(args, meta, ramps)
 
 
-def _cache(args: argparse.Namespace) -> tuple[str, ...]:
-    return SCRIPT_CACHE if args.text == "script" else ()
+def daemon_sets(args: argparse.Namespace) -> tuple[str, ...]:
+    """The settings of a started daemon: the prompt cache for the script text, then --set."""
+    return (*(SCRIPT_CACHE if args.text == "script" else ()), *args.sets)
+
+
+def has_spare(args: argparse.Namespace) -> bool:
+    """Whether a started daemon has a warm spare to wait for."""
+    return "workers.spare=false" not in args.sets
 
 
 def side_by_side(args: argparse.Namespace, server: Server, wanted: list[str], prof: Profile,
@@ -253,7 +262,7 @@ def side_by_side(args: argparse.Namespace, server: Server, wanted: list[str], pr
             if name == "cosyvoiced-noadmit":
                 (tmp / name).mkdir()
                 m, peer = peers.start_cosyvoiced(tmp / name, args.cpus, args.workers,
-                                                 (*NO_ADMISSION, *_cache(args)))
+                                                 (*NO_ADMISSION, *daemon_sets(args)), has_spare(args))
                 peer.name = name
             else:
                 fn = peers.start_piper_http if name == "piper-http" else \

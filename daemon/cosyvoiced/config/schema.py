@@ -117,7 +117,10 @@ class TtsConfig:
     voices_dirs: tuple[str, ...] = opt((), live=True, must_exist="dir")
     """Extra directories searched for NAME.onnx + NAME.onnx.json voices."""
     precision: Literal["fp32", "int8", "auto"] = opt("auto", live=True)
-    """auto: the INT8 variant kept by tools/quantize/ if it passed its quality gate."""
+    """auto: the INT8 variant kept by `python -m tools.quantize` (in `state_dir`) if it
+    passed its quality gate, except where the vocoder may run in bf16 (a CPU with AMX or
+    AVX512-BF16 and `vocoder` not fp32: faster there). An INT8 voice runs on ONNX Runtime
+    throughout (`vocoder` and `flow` fp32), as it was judged."""
     max_chars: int = opt(5000, min=1, max=1_000_000, live=True)
     """Longest text accepted in one request."""
     rate_hz: Literal[0, 8000, 16000, 22050, 24000, 48000] = opt(0, live=True)

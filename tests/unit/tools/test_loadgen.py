@@ -595,3 +595,14 @@ def test_the_script_mix_repeats_its_prompts_and_varies_its_values(lg):
     doc = lg.report.summarize([ours, piper], {"machine": {}, "text": "script"})
     same = [t for t in doc["targets"] if t["name"].startswith("cosyvoiced / piper-http")][0]
     assert same["goal"] == ">= 3" and same["ok"]  # 6 vs 2
+
+
+def test_daemon_settings_from_the_command_line(repo_root):
+    from tools.loadgen import cli
+
+    args = cli.parse_args(["--start-daemon", "--text", "script", "--set", "asr.enabled=false",
+                           "--set", "workers.spare=false"])
+    assert cli.daemon_sets(args) == (*cli.SCRIPT_CACHE, "asr.enabled=false", "workers.spare=false")
+    assert not cli.has_spare(args)
+    plain = cli.parse_args(["--start-daemon"])
+    assert cli.daemon_sets(plain) == () and cli.has_spare(plain)
