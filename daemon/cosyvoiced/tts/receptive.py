@@ -51,6 +51,11 @@ def _ints(node: Any, name: str, default: list[int]) -> list[int]:
     return list(attr.ints) if attr is not None else default
 
 
+def _whole_shape(node: Any) -> bool:
+    """A Shape of every axis (ORT's pre-processing writes the default `start` 0 out)."""
+    return all(a.name == "start" and a.i == 0 for a in node.attribute)
+
+
 def _axes(node: Any, consts: Mapping[str, np.ndarray]) -> list[int]:
     if len(node.input) > 1:
         if node.input[1] not in consts:
@@ -211,7 +216,7 @@ def receptive_field(model: Any, latent: str | Sequence[str]) -> ReceptiveField:
             out = _trim_front(n, state[n.input[0]], consts)
         elif n.op_type in _CHANNEL:
             out = _channel_op(n, state, consts)
-        elif n.op_type == "Shape" and not n.attribute:
+        elif n.op_type == "Shape" and _whole_shape(n):
             shapes[n.output[0]] = ins[0][:2]
             continue
         elif n.op_type in ("Unsqueeze", "Squeeze") and n.input[0] in state:

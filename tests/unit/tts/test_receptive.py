@@ -50,6 +50,13 @@ def test_channel_ops_keep_the_widest_reach_and_a_shapes_zeros_reach_nothing():
     # The zeros alone depend on no frame.
     zeros_only = graph(node("Shape", ["x"], ["shape"]), node("ConstantOfShape", ["shape"], ["y"]))
     assert receptive_field(zeros_only, "x") == ReceptiveField(1, 0, 0)
+    # ORT's quantization pre-processing writes Shape's default start out: the same op.
+    explicit = graph(node("Shape", ["x"], ["shape"], start=0),
+                     node("ConstantOfShape", ["shape"], ["y"]))
+    assert receptive_field(explicit, "x") == ReceptiveField(1, 0, 0)
+    with pytest.raises(ValueError, match="Shape has no known receptive field"):
+        receptive_field(graph(node("Shape", ["x"], ["shape"], start=1),
+                              node("ConstantOfShape", ["shape"], ["y"])), "x")
 
 
 @pytest.mark.parametrize("nodes, reason", [
