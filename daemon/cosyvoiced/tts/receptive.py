@@ -24,6 +24,8 @@ _POINTWISE = ("Add", "Sub", "Mul", "Div", "LeakyRelu", "Relu", "Tanh", "Sigmoid"
               "Cast", "Neg", "Exp", "QuantizeLinear", "DequantizeLinear")
 _CHANNEL = ("Split", "Slice", "Concat", "Gather")
 """Ops that pick, reorder or join channels: time passes through them unchanged."""
+Signal = tuple[int, int, int, int]
+"""(steps per latent frame, rank, reach back, reach ahead) of a tensor."""
 
 
 @dataclass(frozen=True)
@@ -83,8 +85,8 @@ def _channel_axes(node: Any, consts: Mapping[str, np.ndarray], rank: int) -> lis
     return [a % rank for a in axes]
 
 
-def _channel_op(node: Any, state: Mapping[str, tuple[int, int, int, int]],
-                consts: Mapping[str, np.ndarray]) -> tuple[int, int, int, int]:
+def _channel_op(node: Any, state: Mapping[str, Signal],
+                consts: Mapping[str, np.ndarray]) -> Signal:
     """What a channel op makes of its signal inputs: the widest of them, time untouched.
     ValueError where it touches the time axis or indexes by a signal."""
     data = list(node.input) if node.op_type == "Concat" else [node.input[0]]
@@ -102,10 +104,6 @@ def _channel_op(node: Any, state: Mapping[str, tuple[int, int, int, int]],
     if rank - 1 in _channel_axes(node, consts, rank):
         raise ValueError(f"{node.name}: {node.op_type} on the time axis")
     return (ins[0][0], rank, max(s[2] for s in ins), max(s[3] for s in ins))
-
-
-Signal = tuple[int, int, int, int]
-"""(steps per latent frame, rank, reach back, reach ahead) of a tensor."""
 
 
 def _depth_to_time(n: Any, phased: Mapping[str, tuple[int, Signal, bool]],

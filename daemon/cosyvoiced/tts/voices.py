@@ -181,9 +181,9 @@ class Voice:
 
 def take_int8(precision: str, vocoder: str, flags: frozenset[str]) -> tuple[bool, str]:
     """(whether a kept INT8 variant is loaded, why). "auto" leaves it where the CPU computes
-    in bf16 natively and the vocoder may run there: the bf16 vocoder is the faster of the
-    two (on AVX512-BF16 without AMX 0.535x Piper's time, the INT8 decoder with its last
-    stage FP32 about 0.8x of FP32's) and was judged alone (docs/performance.md)."""
+    in bf16 natively and the vocoder may run there: the bf16 engine is faster (0.535x
+    Piper's time on AVX512-BF16 without AMX; the INT8 variant 0.8x FP32's, and FP32 is
+    0.92x Piper's: docs/performance.md), and the gate judged INT8 on ONNX Runtime only."""
     if precision == "int8":
         return True, "configured"
     if precision == "auto" and vocoder != "fp32" and bf16_flag(flags):
