@@ -88,7 +88,9 @@ def test_wyoming_synthesize_plain_and_streaming(daemon_factory, judge):
                                      .event())
             plain = await collect(client, "audio-stop")
             await client.write_event(SynthesizeStart().event())
-            for part in ["Your balance is ", "forty two dollars. ", "Goodbye."]:
+            # (a lone "Goodbye." was heard as "the bank" on one seed: Whisper tiny
+            # needs a few words of context to be a fair judge)
+            for part in ["Your balance is ", "forty two dollars. ", "Thank you for calling."]:
                 await client.write_event(SynthesizeChunk(text=part).event())
             await client.write_event(SynthesizeStop().event())
             streamed = await collect(client, "synthesize-stopped")
@@ -96,7 +98,8 @@ def test_wyoming_synthesize_plain_and_streaming(daemon_factory, judge):
 
     (pcm1, rate1), (pcm2, rate2) = asyncio.run(main())
     for pcm, rate, text in ((pcm1, rate1, "Please hold while I transfer you."),
-                            (pcm2, rate2, "Your balance is forty two dollars. Goodbye.")):
+                            (pcm2, rate2,
+                             "Your balance is forty two dollars. Thank you for calling.")):
         audio = np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
         heard = judge.transcribe_audio(soxr.resample(audio, rate, 16000)).text
         assert wer(_norm(text), _norm(heard)) <= 0.2, heard
