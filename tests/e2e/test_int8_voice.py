@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from cosyvoiced.config.schema import TtsConfig
-from cosyvoiced.runtime.onnx import file_sha256
+from cosyvoiced.runtime.onnx import cpu_flags, file_sha256, int8_dot
 from cosyvoiced.tts.request import SynthesisOptions
 from cosyvoiced.tts.synth import TtsEngine
 from cosyvoiced.tts.vocoder import snr_db
@@ -38,7 +38,8 @@ def dirs(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> tuple[str
     variant = kept / f"{BUNDLED_VOICE}.{RECIPE}.onnx"
     cli.build_variant(RECIPE, src.model_path, variant, calib, scales, work)
     (kept / "manifest.json").write_text(json.dumps({
-        "model": variant.name, "passed": True, "source_sha256": file_sha256(src.model_path)}))
+        "model": variant.name, "passed": True, "source_sha256": file_sha256(src.model_path),
+        "int8_dot": int8_dot(cpu_flags())}))
     return str(kept.parent.parent), str(tmp_path_factory.mktemp("cache"))
 
 

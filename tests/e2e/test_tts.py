@@ -18,7 +18,7 @@ import structlog.testing
 from cosyvoiced.audio.codec import mulaw_decode
 from cosyvoiced.audio.resample import SUPPORTED_RATES_HZ
 from cosyvoiced.config.schema import TtsConfig
-from cosyvoiced.runtime.onnx import cpu_flags, file_sha256
+from cosyvoiced.runtime.onnx import cpu_flags, file_sha256, int8_dot
 from cosyvoiced.runtime.openvino import bf16_flag
 from cosyvoiced.tts import errors
 from cosyvoiced.tts.request import SynthesisOptions
@@ -223,8 +223,12 @@ def test_voices_dir_and_kept_int8_variant(tmp_path, cache_dir):
     variant = state / "voices" / "agent"
     variant.mkdir(parents=True)
     shutil.copy(src.model_path, variant / "agent.static.onnx")
+    here = int8_dot(cpu_flags())
     manifest = {"model": "agent.static.onnx", "passed": True,
-                "source_sha256": file_sha256(src.model_path)}
+                "source_sha256": file_sha256(src.model_path), "int8_dot": "other"}
+    (variant / "manifest.json").write_text(json.dumps(manifest))
+    assert kept_int8(files, state) is None  # judged on a CPU whose INT8 adds up otherwise
+    manifest["int8_dot"] = here
     (variant / "manifest.json").write_text(json.dumps(manifest))
     engine = TtsEngine(TtsConfig(voices_dirs=(str(voices),), vocoder="fp32"),
                        cache_dir=cache_dir, state_dir=str(state))

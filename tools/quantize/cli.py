@@ -6,7 +6,8 @@ ORT thread (interleaved rounds, median), fidelity against FP32 (Whisper log-mel 
 with noise scales 0), and WER/CER through the Whisper judge (tools/judge.py) on seeded
 copies, with a bootstrap 95% interval of the difference to FP32. Keeps the fastest
 variant faster than FP32 whose mean WER difference is <= +0.5 points and whose interval's
-upper bound is <= +1.5 points, in STATE_DIR/voices/NAME/ with manifest.json, so
+upper bound is <= +1.5 points, in STATE_DIR/voices/NAME/ with manifest.json (which
+also names this CPU's kind of INT8 dot product: the verdict holds for such CPUs only), so
 `tts.precision = "auto"` uses it. Writes gate-report.md and gate-report.json there too.
 """
 
@@ -268,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                    "join the table and the choice (time ratios are each run's own)")
     args = p.parse_args(argv)
 
-    from cosyvoiced.runtime.onnx import file_sha256
+    from cosyvoiced.runtime.onnx import cpu_flags, file_sha256, int8_dot
     from cosyvoiced.tts.voices import MANIFEST, validate_name
 
     src = Path(args.model).resolve()
@@ -362,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         v = report["variants"][best]
         manifest = {"voice": voice, "model": kept.name, "variant": best, "passed": True,
                     "source_sha256": file_sha256(src), "ort_version": onnxruntime.__version__,
+                    "int8_dot": int8_dot(cpu_flags()),
                     "rtf": v["rtf"], "rtf_fp32": rtf["fp32"], "wer_diff": v["wer_diff"],
                     "wer_fp32_pct": 100 * base.wer, "created": report["created"]}
         manifest_path.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")

@@ -107,6 +107,18 @@ def cpu_flags(path: str = "/proc/cpuinfo") -> frozenset[str]:
     return frozenset()
 
 
+INT8_DOT_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+"""Flags of an exact u8 x s8 dot product. Without them ONNX Runtime's x86 INT8 kernels
+add pairs of products in 16 bits, which saturate where weights pass [-64, 63] (onnxruntime
+commit "convert u8s8 matrix multiplication to u8u8 if needed"; oneDNN's "Nuances of int8
+computations"): an INT8 variant's audio is then not what its gate heard."""
+
+
+def int8_dot(flags: frozenset[str]) -> str:
+    """"vnni" where this CPU's INT8 dot product is exact, else "saturating"."""
+    return "vnni" if any(f in flags for f in INT8_DOT_FLAGS) else "saturating"
+
+
 @functools.cache
 def cpu_fingerprint() -> str:
     """Short hash of this CPU's feature flags (a fully optimized graph depends on them)."""

@@ -3,8 +3,9 @@
 A voice is `NAME.onnx` + `NAME.onnx.json` in a configured voices directory, or the
 bundled `en_US-joe-medium`. tools/quantize/ keeps an INT8 variant that passed its
 quality gate under `STATE_DIR/voices/NAME/` with a `manifest.json`; precision "auto"
-uses it when the manifest says it passed and was built from this very model file, and
-the vocoder is not to run in bf16 (`take_int8`). An INT8 voice runs on ONNX Runtime
+uses it when the manifest says it passed, was built from this very model file and judged
+on a CPU whose INT8 dot product adds up the same way (`int8_dot`), and the vocoder is not
+to run in bf16 (`take_int8`). An INT8 voice runs on ONNX Runtime
 throughout, as the gate judged it.
 """
 
@@ -19,7 +20,13 @@ from typing import Any
 import structlog
 from piper.config import PiperConfig
 
-from cosyvoiced.runtime.onnx import OnnxError, cpu_flags, create_session, file_sha256
+from cosyvoiced.runtime.onnx import (
+    OnnxError,
+    cpu_flags,
+    create_session,
+    file_sha256,
+    int8_dot,
+)
 from cosyvoiced.runtime.openvino import bf16_flag
 from cosyvoiced.tts.errors import (
     BadParameter,
@@ -129,6 +136,12 @@ def kept_int8(files: VoiceFiles, state_dir: str | Path | None) -> Int8Variant | 
         return None
     if manifest.get("source_sha256") != file_sha256(files.model_path):
         log.warning("int8_variant_stale", voice=files.name, path=str(model))
+        return None
+    here = int8_dot(cpu_flags())
+    if manifest.get("int8_dot") != here:  # judged where INT8 adds up otherwise
+        log.warning("int8_variant_other_cpu", voice=files.name, path=str(model),
+                    judged=manifest.get("int8_dot", "unknown"), here=here,
+                    note="run python -m tools.quantize on this machine")
         return None
     return Int8Variant(model, manifest)
 
