@@ -9,13 +9,14 @@ from __future__ import annotations
 import threading
 import unicodedata
 from collections.abc import Mapping, Sequence
-
-from piper.config import PhonemeType, PiperConfig
-from piper.phoneme_ids import phonemes_to_ids
-from piper.phonemize_espeak import EspeakPhonemizer
+from typing import TYPE_CHECKING
 
 from cosyvoiced.tts.errors import TtsError
 from cosyvoiced.tts.normalize.segments import INLINE_OPEN, split_inline
+
+if TYPE_CHECKING:  # piper's package imports onnxruntime: the main process never needs it
+    from piper.config import PiperConfig
+    from piper.phonemize_espeak import EspeakPhonemizer
 
 _LOCK = threading.Lock()
 _PHONEMIZER: EspeakPhonemizer | None = None
@@ -31,6 +32,8 @@ def espeak_phonemes(text: str, espeak_voice: str,
     global _PHONEMIZER
     with _LOCK:
         if _PHONEMIZER is None:
+            from piper.phonemize_espeak import EspeakPhonemizer
+
             _PHONEMIZER = EspeakPhonemizer()
         sentences = _PHONEMIZER.phonemize(espeak_voice, text, vowel_clusters=vowel_clusters)
     flat: list[str] = []
@@ -48,6 +51,8 @@ def raw_phonemes(phonemes: str) -> list[str]:
 
 def to_ids(phonemes: Sequence[str], id_map: Mapping[str, Sequence[int]]) -> list[int]:
     """Phonemes to the voice's ids (BOS, PAD between, EOS), unknown phonemes dropped."""
+    from piper.phoneme_ids import phonemes_to_ids
+
     return phonemes_to_ids(list(phonemes), id_map)
 
 
@@ -69,6 +74,8 @@ def mixed_phonemes(text: str, espeak_voice: str,
 
 
 def text_to_ids(text: str, config: PiperConfig) -> list[int]:
+    from piper.config import PhonemeType
+
     if config.phoneme_type != PhonemeType.ESPEAK:
         raise UnsupportedPhonemeType(
             f"voice phoneme type {config.phoneme_type.value!r} is not supported (espeak only)")

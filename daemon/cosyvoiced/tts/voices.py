@@ -15,10 +15,9 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
-from piper.config import PiperConfig
 
 from cosyvoiced.runtime.onnx import (
     OnnxError,
@@ -38,6 +37,9 @@ from cosyvoiced.tts.errors import (
 from cosyvoiced.tts.graph import decoder_rewrite
 from cosyvoiced.tts.split import SplitVoice
 from cosyvoiced.tts.split_load import load_split
+
+if TYPE_CHECKING:  # piper's package imports onnxruntime: the main process never needs it
+    from piper.config import PiperConfig
 
 log = structlog.get_logger(__name__)
 
@@ -212,6 +214,8 @@ def load_voice(files: VoiceFiles, *, precision: str = "auto", threads: int = 1,
     at its latent seam where it has one (`tts.split`), else (or "clauses") whole."""
     if precision not in PRECISIONS:
         raise BadParameter(f"precision must be one of {', '.join(PRECISIONS)}")
+    from piper.config import PiperConfig
+
     raw = json.loads(files.config_path.read_text(encoding="utf-8"))
     config = PiperConfig.from_dict(raw)
     model = files.model_path
