@@ -248,8 +248,9 @@ def daemon_sets(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def has_spare(args: argparse.Namespace) -> bool:
-    """Whether a started daemon has a warm spare to wait for."""
-    return "workers.spare=false" not in args.sets
+    """Whether a started daemon has a warm spare to wait for (not when --set turns it off)."""
+    sets = dict(map(str.strip, x.split("=", 1)) for x in args.sets if "=" in x)
+    return sets.get("workers.spare", "true").lower() != "false"
 
 
 def side_by_side(args: argparse.Namespace, server: Server, wanted: list[str], prof: Profile,

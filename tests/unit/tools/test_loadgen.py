@@ -606,3 +606,4 @@ def test_daemon_settings_from_the_command_line(repo_root):
     assert not cli.has_spare(args)
     plain = cli.parse_args(["--start-daemon"])
     assert cli.daemon_sets(plain) == () and cli.has_spare(plain)
+    assert not cli.has_spare(cli.parse_args(["--start-daemon", "--set", "workers.spare = false"]))
