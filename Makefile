@@ -48,13 +48,17 @@ int8: $(BIN)/.stamp-test
 # (docs/loadgen/), the call-center script with the prompt cache on (docs/loadgen/script/;
 # +4 streams a step: its knee lies past the 60 streams 30 steps of 2 reach).
 bench: $(BIN)/.stamp-test
-	for s in tts download prompts io streams features asr language listen calls encode scaleout memory; do $(BIN)/python -m tools.bench $$s || true; done
+	mkdir -p var && rm -f var/bench-failed
+	for s in tts download prompts io streams features asr language listen calls encode scaleout memory; do \
+		$(BIN)/python -m tools.bench $$s || echo $$s >> var/bench-failed; done
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --mix tts=1 \
 		--peers piper-http,wyoming-piper,cosyvoiced-noadmit --nice -10 --out var/loadgen-tts --docs
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --mix tts=2,call=1,wyoming=1 \
 		--idle-calls 60 --peers piper-http,wyoming-piper,cosyvoiced-noadmit --nice -10 --docs
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --step 4 --text script \
 		--peers piper-http,wyoming-piper --nice -10 --out var/loadgen-script --docs
+	@if [ -s var/bench-failed ]; then echo "bench: a target not met or an error in:" \
+		$$(cat var/bench-failed); rm -f var/bench-failed; exit 1; fi
 
 $(VENV)/.stamp-system: Makefile
 	@missing=$$(for p in $(APT_PACKAGES); do \

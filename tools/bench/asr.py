@@ -3,7 +3,8 @@
 Every prompt with a real transcript (bracketed tone/beep entries skipped; `--quick`: every
 10th). Ours: the path a worker runs (`WorkerListening`: capture ring -> batched Silero VAD
 tick -> `ListenTap` endpointer and log-mel -> `AsrQueue` -> Whisper tiny.en in
-CTranslate2, beam from `AsrConfig`, early decodes included), in process: the prompt at its
+CTranslate2, beam from `AsrConfig`, early decodes included), in process (the daemon
+decodes in the box's ASR process, on the same `WhisperAsr`, one thread here): the prompt at its
 own 8 kHz, between 0.5 s and 1.0 s of silence, written to the ring in 20 ms frames with a
 VAD tick after each, batches decoded on this thread as soon as they are queued; the
 transcripts of all its utterances are joined. Reference: faster-whisper's `WhisperModel`
@@ -44,6 +45,7 @@ class _Timed:
 
 def _ours(items, cfg_vad, cfg_asr):
     from cosyvoiced.audio.ring import Ring
+    from cosyvoiced.listen.asr import WhisperAsr
     from cosyvoiced.listen.events import Transcript
     from cosyvoiced.listen.vad import SileroBatch
     from cosyvoiced.workers import messages as m
@@ -60,7 +62,7 @@ def _ours(items, cfg_vad, cfg_asr):
     sent: list[object] = []
     ticker = VadTicker(make_vad, 0.0)
     setup = SimpleNamespace(vad=cfg_vad, asr=cfg_asr, cache_dir=None)
-    wl = WorkerListening(setup, ticker, sent.append, cpus=1)
+    wl = WorkerListening(setup, ticker, sent.append, decoder=WhisperAsr(cfg_asr, threads=1))
     assert wl.asr is not None and wl.runner is not None
     timed = wl.asr.decoder = _Timed(wl.decoder)
 

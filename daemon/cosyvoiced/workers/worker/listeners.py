@@ -26,7 +26,13 @@ import structlog
 from cosyvoiced.listen.asr import AsrError, Utterance, warm_up_utterance
 from cosyvoiced.listen.events import Transcript
 from cosyvoiced.workers import messages as m
-from cosyvoiced.workers.worker.asr_sched import AsrQueue, AsrRunner, pick_work, tts_latest_start_s
+from cosyvoiced.workers.worker.asr_sched import (
+    AsrQueue,
+    AsrRunner,
+    Decoder,
+    pick_work,
+    tts_latest_start_s,
+)
 from cosyvoiced.workers.worker.utterances import Confirm, ListenTap, MelPool, Provisional, Retract
 from cosyvoiced.workers.worker.vad_tick import VadTicker
 
@@ -36,7 +42,11 @@ log = structlog.get_logger(__name__)
 class WorkerListening:
     def __init__(self, setup: Any, vad: VadTicker, send: Callable[[object], None],
                  *, on_decoded: Callable[[float, float], None] | None = None,
-                 on_heard: Callable[[float], None] | None = None) -> None:
+                 on_heard: Callable[[float], None] | None = None,
+                 decoder: Decoder | None = None) -> None:
+        """`decoder`: where batches are transcribed with `asr.enabled` (default: the box's
+        ASR process through `setup.asr_link`; a `WhisperAsr` in this process for benches
+        and tests)."""
         self.setup = setup
         self.vad = vad
         self.send = send
@@ -49,11 +59,13 @@ class WorkerListening:
         self.pool: MelPool | None = None
         self.decoder: Any = None
         if asr_cfg is not None and asr_cfg.enabled:
-            from cosyvoiced.workers.worker.asr_remote import RemoteAsr
+            if decoder is None:
+                from cosyvoiced.workers.worker.asr_remote import RemoteAsr
 
-            if setup.asr_link is None:
-                raise ValueError("asr.enabled without the ASR process's link")
-            self.decoder = RemoteAsr(setup.asr_link, asr_cfg)
+                if setup.asr_link is None:
+                    raise ValueError("asr.enabled without the ASR process's link")
+                decoder = RemoteAsr(setup.asr_link, asr_cfg)
+            self.decoder = decoder
             self.asr = AsrQueue(self.decoder, self._transcribed, max_batch=asr_cfg.max_batch,
                                 on_idle=self._ack)
             self.pool = MelPool(setup.vad, cache_dir=setup.cache_dir)
