@@ -4,7 +4,9 @@ SIGHUP) and SSML `<phoneme>`/`<sub>`, judged by what Whisper hears.
 The brand names are made up and spelled so that the voice's own reading is heard as
 something else ("Qyxelle" as "kxl" or "kexel", by vocoder); with the entry, Whisper hears
 the real word the IPA spells ("banana": far from any reading of the spelling, where a
-near word such as "pixel" was sometimes heard without the entry too)."""
+near word such as "pixel" was sometimes heard without the entry too). The respelling and
+the `<sub>` alias are "platinum", a word no reading of "Ghoyce" comes near and Whisper
+hears every time (a near word, "choice", was once heard as "toys")."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ import soxr
 from cosyvoiced.listen.asr import WhisperAsr
 
 TEXT = "Thank you for calling Qyxelle support."
-LEXICON = '[ipa]\nQyxelle = "bənˈænə"\n\n[say]\nGhoyce = "choice"\n'
+LEXICON = '[ipa]\nQyxelle = "bənˈænə"\n\n[say]\nGhoyce = "platinum"\n'
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +84,7 @@ def test_lexicon_entry_makes_a_brand_name_heard_right_and_reloads(daemon_factory
     after = _hear(judge, base, TEXT)
     assert "banana" in after, after
     assert "thank you for calling" in after  # the word stayed inside its sentence
-    assert "choice" in _hear(judge, base, "Welcome to Ghoyce.")  # a [say] respelling
+    assert "platinum" in _hear(judge, base, "Welcome to Ghoyce.")  # a [say] respelling
     loaded = [e for e in d.log_events() if e.get("event") == "lexicon_loaded"]
     assert loaded[-1]["entries"] == 2
 
@@ -100,9 +102,9 @@ def test_ssml_phoneme_and_sub_are_heard_and_a_bad_ph_is_a_400(daemon_factory, ju
     d.wait_ready()
     base = _base(d)
     doc = ('<speak>Thank you for calling <phoneme alphabet="ipa" ph="bənˈænə">Qyxelle'
-           '</phoneme> support, and <sub alias="choice">Ghoyce</sub> rewards.</speak>')
+           '</phoneme> support, and <sub alias="platinum">Ghoyce</sub> rewards.</speak>')
     heard = _hear(judge, base, doc, ssml=True)
-    assert "banana" in heard and "choice" in heard, heard
+    assert "banana" in heard and "platinum" in heard, heard
     status, body = _post(base, {"text": '<speak><phoneme ph="x9">x</phoneme></speak>',
                                 "ssml": True})
     assert status == 400 and b"bad_ssml" in body, body
