@@ -36,7 +36,7 @@ class WorkerSetup:
     onnx_threads: int = 1
     policy: str = "edf"
     lookahead_s: float = 3.0
-    first_audio_s: float = 2.5
+    first_audio_s: float = 1.5
     work_conserving: bool = True
     clause_max_chars: int = 80
     vad_capacity: int = 1024
