@@ -12,12 +12,15 @@ stream with seconds buffered yields to one about to run dry. A stream with
 `lookahead_s` of audio ahead waits, so a long text cannot starve short ones.
 
 A new request has no listener deadline yet: its first step is due `first_audio_s`
-after it arrived. Its first audio goes out at once if the worker can keep every
-speaking stream fed with it playing (`clause_cost.fits`, with the longest next step of
-another stream as blocking); otherwise it is held (pending, not in the ring) until that
-holds, `prebuffer_s` is buffered, or the budget is spent. A burst of new requests on a
-busy worker thus starts them one after another with a buffer instead of starting all and
-underrunning all.
+after it could first have audio (its arrival plus the expected first steps of the
+requests queued ahead of it on the worker and its own). Its first audio goes out at
+once if the worker can keep every speaking stream fed with it playing
+(`clause_cost.fits`, with the longest next step of another stream as blocking);
+otherwise it is held (pending, not in the ring) until that holds, `prebuffer_s` is
+buffered, or the budget is spent. A burst of new requests on a busy worker thus starts
+them one after another with a buffer instead of starting all and underrunning all;
+counting each budget from its place in the burst keeps the last ones of a burst from
+starting bare.
 
 Work-conserving: when no stream is due (every one has `lookahead_s` ahead), a spare
 step goes to the stream with the least audio in its ring, if the ring has room for what
@@ -108,7 +111,21 @@ class TtsScheduler:
         stream = self.streams[stream_id]
         if not stream.has_work():
             stream.ready_seq = next(self._seq)
+        if not stream.has_work() and self.policy == "edf":
+            job.queued_s = self._first_steps_until(job, stream)
         stream.jobs.append(job)
+
+    def _first_steps_until(self, job: SayJob, stream: TtsStream) -> float:
+        """Expected synthesis of `job`'s first step and of the first steps not made yet of
+        the requests ahead of it (other streams'): a burst of new requests on a worker
+        gets its first-audio budgets counted from when each can have its first audio,
+        so the last ones of a burst are held as long as the first, not started bare."""
+        total = self.costs.expected_s(job, stream.last_synth_s)
+        for st in self.streams.values():
+            ahead = st.job if st.job is not None else (st.jobs[0] if st.jobs else None)
+            if ahead is not None and not ahead.audio_samples:
+                total += self.costs.expected_s(ahead, st.last_synth_s)
+        return total
 
     def cancel(self, stream_id: str) -> None:
         stream = self.streams.get(stream_id)
@@ -319,7 +336,7 @@ class TtsScheduler:
             job.first_made_s = now
         if (first and n and self.first_audio_s > 0 and self.policy == "edf" and not job.first_sent
                 and not stream.pending and not stream.ring.available()):
-            stream.hold_until_s = job.received_s + self.first_audio_s  # see _release
+            stream.hold_until_s = job.received_s + job.queued_s + self.first_audio_s  # _release
         stream.play_end_s = max(stream.play_end_s, now) + n / stream.rate_hz
         if n:
             stream.pending.append([job, audio, 0])

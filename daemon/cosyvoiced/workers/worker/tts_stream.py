@@ -47,6 +47,10 @@ class SayJob:
     first_sent: bool = False
     first_made_s: float = 0.0
     """When its first audio was synthesized (it may then be held: `TtsScheduler`)."""
+    queued_s: float = 0.0
+    """The expected synthesis of its first step and of the first steps of the requests
+    ahead of it on the worker when it came: its first-audio budget counts from then
+    (`TtsScheduler.say`)."""
     steps: Steps | None = None
     """What its next steps will be, once its synthesis started (`make_gen` fills it in
     from the engine's `Synthesis.upcoming`): the scheduler's guess of each one's cost."""
@@ -89,11 +93,13 @@ class TtsStream:
     def deadline_s(self, now_s: float, ahead_s: float, budget_s: float) -> float:
         """Seconds until its listener needs audio it does not have yet (`ahead_s`: its
         `ahead_s(now_s)`). Before a request's first audio is out, playback starts at the
-        latest `budget_s` after the request came (held audio plays from then)."""
+        latest `budget_s` after it could first have audio (`SayJob.queued_s`; held audio
+        plays from then)."""
         if self.hold_until_s is not None:
             return self.hold_until_s + self.pending_samples / self.rate_hz - now_s
         if ahead_s <= 0.0:
             job = self.job or self.jobs[0]
             if not job.first_sent:
-                return job.received_s + budget_s - now_s
+                wait_s = job.queued_s + budget_s if budget_s > 0.0 else 0.0  # 0: at once
+                return job.received_s + wait_s - now_s
         return ahead_s
