@@ -92,14 +92,13 @@ class TtsStream:
 
     def deadline_s(self, now_s: float, ahead_s: float, budget_s: float) -> float:
         """Seconds until its listener needs audio it does not have yet (`ahead_s`: its
-        `ahead_s(now_s)`). Before a request's first audio is out, playback starts at the
-        latest `budget_s` after it could first have audio (`SayJob.queued_s`; held audio
-        plays from then)."""
+        `ahead_s(now_s)`). Before a request's first audio is made, it is due `budget_s`
+        after the request came; once made and held, it plays at the latest from
+        `hold_until_s` (counted from when it could first have audio: `SayJob.queued_s`)."""
         if self.hold_until_s is not None:
             return self.hold_until_s + self.pending_samples / self.rate_hz - now_s
         if ahead_s <= 0.0:
             job = self.job or self.jobs[0]
             if not job.first_sent:
-                wait_s = job.queued_s + budget_s if budget_s > 0.0 else 0.0  # 0: at once
-                return job.received_s + wait_s - now_s
+                return job.received_s + budget_s - now_s
         return ahead_s
