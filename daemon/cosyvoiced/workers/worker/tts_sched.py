@@ -12,15 +12,15 @@ stream with seconds buffered yields to one about to run dry. A stream with
 `lookahead_s` of audio ahead waits, so a long text cannot starve short ones.
 
 A new request has no listener deadline yet: its first step is due `first_audio_s`
-after it could first have audio (its arrival plus the expected first steps of the
-requests queued ahead of it on the worker and its own). Its first audio goes out at
-once if the worker can keep every speaking stream fed with it playing
-(`clause_cost.fits`, with the longest next step of another stream as blocking);
-otherwise it is held (pending, not in the ring) until that holds, `prebuffer_s` is
-buffered, or the budget is spent. A burst of new requests on a busy worker thus starts
-them one after another with a buffer instead of starting all and underrunning all;
-counting each budget from its place in the burst keeps the last ones of a burst from
-starting bare.
+after it arrived. Its first audio goes out at once if the worker can keep every
+speaking stream fed with it playing (`clause_cost.fits`, with the longest next step of
+another stream as blocking); otherwise it is held (pending, not in the ring) until that
+holds, `prebuffer_s` is buffered, or the budget is spent, the budget counted from when
+it could first have audio (its arrival plus the expected first steps of the requests
+queued ahead of it on the worker and its own: `SayJob.queued_s`). A burst of new
+requests on a busy worker thus has its first steps made as soon as from arrival, and
+starts them one after another with a buffer instead of starting all and underrunning
+all; the last ones of a burst are held as long as the first, not started bare.
 
 Work-conserving: when no stream is due (every one has `lookahead_s` ahead), a spare
 step goes to the stream with the least audio in its ring, if the ring has room for what

@@ -49,8 +49,8 @@ class SayJob:
     """When its first audio was synthesized (it may then be held: `TtsScheduler`)."""
     queued_s: float = 0.0
     """The expected synthesis of its first step and of the first steps of the requests
-    ahead of it on the worker when it came: its first-audio budget counts from then
-    (`TtsScheduler.say`)."""
+    ahead of it on the worker when it came: how long its first audio may be held counts
+    from then (`TtsScheduler.say`)."""
     steps: Steps | None = None
     """What its next steps will be, once its synthesis started (`make_gen` fills it in
     from the engine's `Synthesis.upcoming`): the scheduler's guess of each one's cost."""
