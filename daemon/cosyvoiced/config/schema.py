@@ -72,14 +72,14 @@ class WorkersConfig:
     """TTS clause order: edf (least slack first: the stream whose listener runs dry
     soonest, less the expected synthesis time of its next clause) or fifo (naive)."""
     first_audio_s: float = opt(1.5, min=0.0, max=30.0, live=True)
-    """A new TTS request's first audio is held back (at most this long after it could
-    first have audio: its arrival plus the expected first steps of the requests queued
-    ahead of it on its worker) until its worker can keep every speaking stream fed with
-    it playing (deadline check of their next clauses over 4 s); on a lightly loaded worker
-    it leaves at once. 0: never hold (a burst of new requests on a busy worker then starts
-    streams it cannot feed). 1.5 kept first audio p95 under 1 s to 28–42 TTS streams on
-    2 cores (2.5: to 22); counted from each request's place in the queue, it starts a
-    burst on a nearly full worker without gaps (docs/operations.md, Tuning)."""
+    """A new TTS request's first step is due this long after it came; its first audio is
+    then held back (at most this long after it could first have audio: its arrival plus
+    the expected first steps of the requests queued ahead of it on its worker) until its
+    worker can keep every speaking stream fed with it playing (deadline check of their
+    next clauses over 4 s); on a lightly loaded worker it leaves at once. 0: never hold
+    (a burst of new requests on a busy worker then starts streams it cannot feed). 1.5
+    kept first audio p95 under 1 s to 44 TTS streams on 2 cores and started a burst on a
+    nearly full worker without gaps (docs/operations.md, Tuning)."""
     work_conserving: bool = opt(True)
     """When no stream is due, spare worker time makes audio beyond `lookahead_s` for the
     stream with the least in its ring, as far as the ring has room: a download or a
