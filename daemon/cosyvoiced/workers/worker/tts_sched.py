@@ -44,15 +44,14 @@ from collections.abc import Callable, Iterator
 import structlog
 
 from cosyvoiced.workers.messages import FirstAudio, SayDone, StreamError
-from cosyvoiced.workers.worker.clause_cost import HOLD_MARGIN_S, ClauseCosts, fits
+from cosyvoiced.workers.worker.clause_cost import ClauseCosts
+from cosyvoiced.workers.worker.hold import fits_playing, sustainable
 from cosyvoiced.workers.worker.owed import owed
 from cosyvoiced.workers.worker.tts_stream import LATE_MIN_S, Chunk, ProducerRing, SayJob, TtsStream
 
 log = structlog.get_logger(__name__)
 
 POLICIES = ("edf", "fifo")
-SUSTAINABLE_LOAD = 1.5
-"""Above this modelled load (speaking streams x RTF) first audio is never held."""
 PENDING_RETRY_S = 0.01
 """How soon to retry writing audio that did not fit in a full ring."""
 AHEAD_STEP_S = 2.0
@@ -188,55 +187,27 @@ class TtsScheduler:
 
     def _release(self, stream: TtsStream, now_s: float) -> bool:
         """Start a held first audio now? Yes once the worker can still make every
-        speaking stream's next step in time with this one playing (`_fits`), or the job
+        speaking stream's next step in time with this one playing (`hold.fits_playing`), or the job
         is fully synthesized, or `prebuffer_s` is held, or the first-audio budget is
         spent. On an idle worker a first chunk longer than the next one's synthesis
         leaves at once."""
         held_s = stream.pending_samples / stream.rate_hz
         job = stream.job
         if job is not None and stream.hold_until_s is not None and now_s < stream.hold_until_s \
-                and held_s < self.prebuffer_s and self._sustainable() \
-                and not self._fits(stream, held_s, now_s):
+                and held_s < self.prebuffer_s and sustainable(self.streams.values(), self.costs) \
+                and not fits_playing(stream, held_s, now_s, self.streams.values(), self.costs):
             return False
         stream.hold_until_s = None  # playback starts now with what is held
         stream.play_end_s = now_s + held_s
         return True
-
-    def _sustainable(self) -> bool:
-        """Can the worker carry its speaking streams in real time at all? If clearly not
-        (it was admitted beyond capacity), holding first audio gains nothing but latency.
-        (The RTF counts fronts per second of speech, not per first chunk.)"""
-        speaking = sum(1 for st in self.streams.values() if st.has_work() or st.pending)
-        return speaking * self.costs.rtf() <= SUSTAINABLE_LOAD
-
-    def _fits(self, candidate: TtsStream, held_s: float, now_s: float) -> bool:
-        """Would every speaking stream (this one playing from now) still get each step
-        it needs over the next seconds before it runs dry, even with the longest next step
-        of another stream running when a deadline comes? (`clause_cost.fits`)"""
-        due: list[tuple[float, float]] = []
-        costs = self.costs
-        job = candidate.job if candidate.job is not None else candidate.jobs[0]
-        costs.clauses_due(job, held_s, candidate.last_synth_s, due)
-        blocking = 0.0
-        for st in self.streams.values():
-            if st is candidate or not st.has_work():
-                continue
-            blocking = max(blocking, self.expected_s(st))
-            if st.hold_until_s is not None:
-                continue
-            ahead = st.ahead_s(now_s)
-            job = st.job if st.job is not None else st.jobs[0]
-            if ahead <= 0.0 and not job.first_sent:
-                continue  # not started: its own first-audio budget, not a deadline
-            costs.clauses_due(job, ahead, st.last_synth_s, due)
-        return fits(due, blocking + HOLD_MARGIN_S)
 
     def pick(self, now_s: float) -> TtsStream | None:
         best: TtsStream | None = None
         best_key: tuple[float, int] = (0.0, 0)
         edf = self.policy == "edf"
         # Beyond capacity no schedule keeps everyone fed: new requests go first again.
-        budget = self.first_audio_s if edf and self._sustainable() else 0.0
+        budget = self.first_audio_s if edf and sustainable(self.streams.values(), self.costs) \
+            else 0.0
         spare: TtsStream | None = None
         spare_key: tuple[int, int] = (0, 0)
         for stream in self.streams.values():
