@@ -6,14 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from cosyvoiced.workers.worker.clause_cost import HOLD_MARGIN_S, ClauseCosts, fits
-from cosyvoiced.workers.worker.tts_stream import SayJob, TtsStream
+from cosyvoiced.workers.worker.tts_stream import TtsStream
 
 SUSTAINABLE_LOAD = 1.5
 """Above this modelled load (speaking streams x RTF) first audio is never held."""
-
-
-def _next_job(stream: TtsStream) -> SayJob:
-    return stream.job if stream.job is not None else stream.jobs[0]
 
 
 def sustainable(streams: Iterable[TtsStream], costs: ClauseCosts) -> bool:
@@ -30,12 +26,12 @@ def fits_playing(candidate: TtsStream, held_s: float, now_s: float,
     get each step it needs over the next seconds before it runs dry, even with the longest
     next step of another stream running when a deadline comes? (`clause_cost.fits`)"""
     due: list[tuple[float, float]] = []
-    costs.clauses_due(_next_job(candidate), held_s, candidate.last_synth_s, due)
+    costs.clauses_due(candidate.next_job(), held_s, candidate.last_synth_s, due)
     blocking = 0.0
     for st in streams:
         if st is candidate or not st.has_work():
             continue
-        job = _next_job(st)
+        job = st.next_job()
         blocking = max(blocking, costs.expected_s(job, st.last_synth_s))
         if st.hold_until_s is not None:
             continue

@@ -182,8 +182,7 @@ class TtsScheduler:
 
     def expected_s(self, stream: TtsStream) -> float:
         """How long the stream's next step will take to synthesize (a guess)."""
-        job = stream.job if stream.job is not None else stream.jobs[0]
-        return self.costs.expected_s(job, stream.last_synth_s)
+        return self.costs.expected_s(stream.next_job(), stream.last_synth_s)
 
     def _release(self, stream: TtsStream, now_s: float) -> bool:
         """Start a held first audio now? Yes once the worker can still make every
@@ -235,7 +234,7 @@ class TtsScheduler:
         pending: nothing is made that would wait in worker memory)."""
         if not self.work_conserving or stream.hold_until_s is not None or stream.pending:
             return None
-        job = stream.job if stream.job is not None else stream.jobs[0]
+        job = stream.next_job()
         step = next(iter(job.steps()), None) if job.steps is not None else None
         need_s = step.speech_s + step.pause_s if step is not None else AHEAD_STEP_S
         return max(0.0, need_s - stream.ring.room() / stream.rate_hz)

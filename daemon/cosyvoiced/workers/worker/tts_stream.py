@@ -79,6 +79,11 @@ class TtsStream:
     def has_work(self) -> bool:
         return self.gen is not None or bool(self.jobs)
 
+    def next_job(self) -> SayJob:
+        """The request its next step belongs to: the one in synthesis, else the first
+        queued (only while it has work)."""
+        return self.job if self.job is not None else self.jobs[0]
+
     def ahead_s(self, now_s: float) -> float:
         held = (self.ring.available() + self.pending_samples) / self.rate_hz
         return max(held, self.play_end_s - now_s)
@@ -98,7 +103,7 @@ class TtsStream:
         if self.hold_until_s is not None:
             return self.hold_until_s + self.pending_samples / self.rate_hz - now_s
         if ahead_s <= 0.0:
-            job = self.job or self.jobs[0]
+            job = self.next_job()
             if not job.first_sent:
                 return job.received_s + budget_s - now_s
         return ahead_s
