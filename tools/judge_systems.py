@@ -84,9 +84,9 @@ def synthesize_set(model_path: str | Path, config_path: str | Path, texts: list[
     if system.startswith("piper"):
         return piper_set(model_path, config_path, texts, threads, noise,
                          normalized=system == "piper-normalized")
+    from cosyvoiced.tts.engine import TtsEngine
     from cosyvoiced.tts.request import SynthesisOptions
-    from cosyvoiced.tts.synth import TtsEngine
-    from cosyvoiced.tts.voices import VoiceFiles, load_voice
+    from cosyvoiced.tts.voice.catalog import VoiceFiles, load_voice
 
     files = VoiceFiles("judged", Path(model_path), Path(config_path))
     config = tts_config(system)
@@ -133,6 +133,6 @@ def piper_set(model_path: str | Path, config_path: str | Path, texts: list[str],
 
 def spoken_references(texts: list[str]) -> list[str]:
     """What the voice is asked to say: the text after cosyvoiced's normalization."""
-    from cosyvoiced.tts.normalize import normalize_text
+    from cosyvoiced.tts.frontend.normalize import normalize_text
 
     return [normalize_text(t, "en") for t in texts]

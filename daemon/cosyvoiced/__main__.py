@@ -54,7 +54,7 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return EX_CONFIG
-    from cosyvoiced.tts.normalize.lexicon import LexiconError, load_lexicon
+    from cosyvoiced.tts.frontend.lexicon import LexiconError, load_lexicon
 
     try:
         load_lexicon(config.tts.lexicon)

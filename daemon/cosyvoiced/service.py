@@ -33,7 +33,7 @@ from cosyvoiced.serve.http.server import HttpServer
 from cosyvoiced.serve.speech import PoolSpeech, Speech
 from cosyvoiced.serve.streams import Streams
 from cosyvoiced.serve.wyoming.server import WyomingServer
-from cosyvoiced.tts.normalize.lexicon import Lexicon, LexiconError, load_lexicon
+from cosyvoiced.tts.frontend.lexicon import Lexicon, LexiconError, load_lexicon
 from cosyvoiced.workers.messages import SayDone
 from cosyvoiced.workers.pool.pool import WorkerPool
 from cosyvoiced.workers.preflight import model_problems

@@ -12,10 +12,10 @@ import pytest
 
 from cosyvoiced.config.schema import TtsConfig
 from cosyvoiced.runtime.onnx import cpu_flags, file_sha256, int8_dot
+from cosyvoiced.tts.engine import TtsEngine
 from cosyvoiced.tts.request import SynthesisOptions
-from cosyvoiced.tts.synth import TtsEngine
-from cosyvoiced.tts.vocoder import snr_db
-from cosyvoiced.tts.voices import BUNDLED_VOICE, bundled_voice
+from cosyvoiced.tts.voice.catalog import BUNDLED_VOICE, bundled_voice
+from cosyvoiced.tts.voice.vocoder_precision import snr_db
 
 RECIPE = "static_qdq_dec_poly_p9999_conv_fp32_last_stage"
 TEXT = "Your claim number is 4417. An agent will call you back before noon tomorrow."

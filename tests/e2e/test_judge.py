@@ -8,7 +8,7 @@ import pytest
 import tools.judge_systems as judge_systems
 import tools.wer as wer
 
-from cosyvoiced.tts.voices import bundled_voice
+from cosyvoiced.tts.voice.catalog import bundled_voice
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,9 @@ from cosyvoiced.config.schema import TtsConfig
 from cosyvoiced.runtime.onnx import cpu_flags, file_sha256, int8_dot
 from cosyvoiced.runtime.openvino import bf16_flag
 from cosyvoiced.tts import errors
+from cosyvoiced.tts.engine import TtsEngine
 from cosyvoiced.tts.request import SynthesisOptions
-from cosyvoiced.tts.synth import TtsEngine
-from cosyvoiced.tts.voices import BUNDLED_VOICE, bundled_voice, discover, kept_int8
+from cosyvoiced.tts.voice.catalog import BUNDLED_VOICE, bundled_voice, discover, kept_int8
 
 SENTENCE = ("Thank you for calling, your claim was approved today, and the payment "
             "will arrive in five to seven business days.")

@@ -8,10 +8,10 @@ import pytest
 
 from cosyvoiced.config.schema import TtsConfig
 from cosyvoiced.runtime.onnx import run
-from cosyvoiced.tts.flow_precision import FLOW_PAD, PaddedFlow, timed_inputs
+from cosyvoiced.tts.engine import TtsEngine
 from cosyvoiced.tts.request import SynthesisOptions
-from cosyvoiced.tts.synth import TtsEngine
-from cosyvoiced.tts.vocoder import snr_db
+from cosyvoiced.tts.voice.flow_precision import FLOW_PAD, PaddedFlow, timed_inputs
+from cosyvoiced.tts.voice.vocoder_precision import snr_db
 
 SENTENCE = ("Your payment of forty nine dollars was received this morning and your account "
             "is now fully up to date.")

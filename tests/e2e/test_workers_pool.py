@@ -55,7 +55,7 @@ def test_onnx_threads_per_worker_match_the_config(pool_runner, onnx_cache):
     # pinned to the worker's two CPUs.
     import onnxruntime as ort
 
-    from cosyvoiced.tts.voices import bundled_voice, load_voice
+    from cosyvoiced.tts.voice.catalog import bundled_voice, load_voice
 
     split = load_voice(bundled_voice(), precision="fp32", cache_dir=onnx_cache).split
     assert split is not None

@@ -128,3 +128,21 @@ def test_the_worker_side_imports_no_server_and_no_pool(graph):
 def test_config_imports_nothing_above_it(graph):
     assert sorted(f"{m} -> {t}" for m, targets in graph.items() if stage(m) == "config"
                   for t in targets if stage(t) not in ("config", "errors")) == []
+
+
+# Inside tts/, the order text takes: the front end, the voice as an engine, streaming
+# synthesis, the engine that ties them, the CLI on top; errors and requests below them all.
+TTS_LAYER = {"errors": 0, "request": 0, "frontend": 1, "voice": 2, "streaming": 3,
+             "engine": 4, "cli": 5}
+
+
+def tts_part(module: str) -> str:
+    return module.split(".")[2] if module.count(".") >= 2 else ""
+
+
+def test_tts_imports_follow_the_path_text_takes(graph):
+    tts = {m: t for m, t in graph.items() if m.startswith("cosyvoiced.tts.")}
+    assert sorted(m for m in tts if tts_part(m) not in TTS_LAYER) == []
+    assert sorted(f"{m} -> {t}" for m, targets in tts.items() for t in targets
+                  if t.startswith("cosyvoiced.tts.")
+                  and TTS_LAYER[tts_part(t)] > TTS_LAYER[tts_part(m)]) == []

@@ -39,8 +39,8 @@ def _download(http: str, text: str) -> tuple[float, float]:
 def run(quick: bool) -> Report:
     from cosyvoiced.config.schema import TtsConfig
     from cosyvoiced.runtime.log import setup_logging
+    from cosyvoiced.tts.engine import TtsEngine
     from cosyvoiced.tts.request import SynthesisOptions
-    from cosyvoiced.tts.synth import TtsEngine
 
     setup_logging("warning", sink="json")
     text = TEXTS["long"]

@@ -169,7 +169,7 @@ def pieces(cache_dir: str) -> None:
     mark("numpy, onnxruntime")
     from cosyvoiced.config.schema import AsrConfig, TtsConfig
     from cosyvoiced.listen.asr import warm_up_utterance
-    from cosyvoiced.tts.synth import TtsEngine
+    from cosyvoiced.tts.engine import TtsEngine
     from cosyvoiced.workers.worker import loop  # noqa: F401 (what a worker imports)
     from cosyvoiced.workers.worker.heap import malloc_trim
 

@@ -51,8 +51,8 @@ def run(quick: bool) -> Report:
 
     from cosyvoiced.config.schema import TtsConfig
     from cosyvoiced.runtime.log import setup_logging
+    from cosyvoiced.tts.engine import TtsEngine
     from cosyvoiced.tts.request import SynthesisOptions
-    from cosyvoiced.tts.synth import TtsEngine
 
     setup_logging("warning", sink="json", stream=sys.stderr)
     calls = 4 if quick else 16

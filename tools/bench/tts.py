@@ -66,9 +66,9 @@ def run(quick: bool) -> Report:
 
     from cosyvoiced.config.schema import TtsConfig
     from cosyvoiced.runtime.log import setup_logging
+    from cosyvoiced.tts.engine import TtsEngine
     from cosyvoiced.tts.request import SynthesisOptions
-    from cosyvoiced.tts.synth import TtsEngine
-    from cosyvoiced.tts.voices import bundled_voice, kept_int8
+    from cosyvoiced.tts.voice.catalog import bundled_voice, kept_int8
 
     setup_logging("warning", sink="json", stream=sys.stderr)
     state_dir = os.environ.get("COSYVOICED_STATE_DIR", "/var/lib/cosyvoiced")

@@ -29,7 +29,7 @@ class PeerError(Exception):
 
 
 def voice_path() -> Path:
-    from cosyvoiced.tts.voices import bundled_voice
+    from cosyvoiced.tts.voice.catalog import bundled_voice
 
     return bundled_voice().model_path
 

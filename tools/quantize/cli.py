@@ -46,8 +46,8 @@ def voice_config(model: Path) -> dict:
 def phoneme_ids(texts: list[str], config_path: Path) -> list[list[int]]:
     from piper.config import PiperConfig
 
-    from cosyvoiced.tts.normalize import normalize_text
-    from cosyvoiced.tts.phonemize import text_to_ids
+    from cosyvoiced.tts.frontend.normalize import normalize_text
+    from cosyvoiced.tts.frontend.phonemize import text_to_ids
 
     cfg = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
     return [text_to_ids(normalize_text(t, "en"), cfg) for t in texts]
@@ -169,7 +169,7 @@ def measure_rtf(models: dict[str, Path], id_lists: list[list[int]], rate_hz: int
     best of several runs is the run that was not preempted; a median there measures the
     neighbours' load as much as the model."""
     from cosyvoiced.runtime.onnx import create_session
-    from cosyvoiced.tts.graph import DECODER_2D
+    from cosyvoiced.tts.voice.rewrites import DECODER_2D
 
     # FP32 as voices run it at one thread (2-D decoder); QDQ variants are left as built.
     sessions = {k: create_session(p, threads=1, rewrite=DECODER_2D) for k, p in models.items()}
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from cosyvoiced.runtime.onnx import cpu_flags, file_sha256, int8_dot
-    from cosyvoiced.tts.voices import MANIFEST, validate_name
+    from cosyvoiced.tts.voice.catalog import MANIFEST, validate_name
 
     src = Path(args.model).resolve()
     config_path = Path(str(src) + ".json")

@@ -19,10 +19,10 @@ import structlog
 from cosyvoiced.config.schema import Config
 from cosyvoiced.runtime.log import setup_logging
 from cosyvoiced.runtime.onnx import OnnxError
+from cosyvoiced.tts.engine import TtsEngine
 from cosyvoiced.tts.errors import TtsError
-from cosyvoiced.tts.normalize.lexicon import load_lexicon
+from cosyvoiced.tts.frontend.lexicon import load_lexicon
 from cosyvoiced.tts.request import FORMATS, SynthesisOptions
-from cosyvoiced.tts.synth import TtsEngine
 
 log = structlog.get_logger(__name__)
 

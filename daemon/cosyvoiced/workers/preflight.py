@@ -8,7 +8,7 @@ from cosyvoiced.config import Config
 from cosyvoiced.listen.asr import AsrError, bundled_model_dir
 from cosyvoiced.listen.languages import LanguageError, model_languages, resolve_language
 from cosyvoiced.tts.errors import TtsError
-from cosyvoiced.tts.voices import find_voice
+from cosyvoiced.tts.voice.catalog import find_voice
 
 WHISPER_FILES = ("model.bin", "config.json", "tokenizer.json")
 """What `WhisperAsr` loads from a model directory."""

@@ -14,7 +14,7 @@ import structlog.testing
 import tools.judge_systems as judge_systems
 import tools.wer as wer
 
-from cosyvoiced.tts.voices import bundled_voice
+from cosyvoiced.tts.voice.catalog import bundled_voice
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def test_seeded_copies_are_deterministic(judge, tmp_path):
 
 # -- sentence sets -------------------------------------------------------------------------
 def test_sentence_files_parse_and_normalize(judge):
-    from cosyvoiced.tts.normalize import normalize_text
+    from cosyvoiced.tts.frontend.normalize import normalize_text
 
     sets = {f.name: judge.load_sentences(f) for f in judge.SENTENCE_FILES}
     assert set(sets) == {"callcenter_en.txt", "written_en.txt"}

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from cosyvoiced.config.schema import WorkersConfig
-from cosyvoiced.tts.synthesis import Step
+from cosyvoiced.tts.streaming.synthesis import Step
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.worker.tts_sched import SayJob, TtsScheduler
 from tests.fakes.clock import Clock

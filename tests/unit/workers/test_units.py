@@ -108,7 +108,7 @@ def test_edf_serves_the_stream_closest_to_running_dry():
 
 def steps_of(text: str):
     """What the engine would say of the clauses_gen steps left (whole-graph steps)."""
-    from cosyvoiced.tts.synthesis import Step
+    from cosyvoiced.tts.streaming.synthesis import Step
 
     return lambda: [Step(0, int(n) / RATE) for n in text.split()]
 

@@ -28,7 +28,7 @@ FIT_HORIZON_S = 4.0
 
 
 class Step(Protocol):
-    """What the engine says of a next step (`cosyvoiced.tts.synthesis.Step`)."""
+    """What the engine says of a next step (`cosyvoiced.tts.streaming.synthesis.Step`)."""
 
     front_chars: int
     speech_s: float

@@ -41,7 +41,7 @@ def make_engine(setup: WorkerSetup) -> Any:
     """The worker's `TtsEngine`. Whole-graph voices: clauses cut shorter here than
     `tts.max_clause_chars` may: one clause is one ONNX run that no other stream on the
     worker can interrupt."""
-    from cosyvoiced.tts.synth import TtsEngine
+    from cosyvoiced.tts.engine import TtsEngine
 
     tts = replace(setup.tts, max_clause_chars=min(setup.tts.max_clause_chars,
                                                   setup.clause_max_chars))

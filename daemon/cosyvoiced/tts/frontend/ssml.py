@@ -1,0 +1,298 @@
+"""The SSML subset: `<speak>`, `<break>`, `<say-as>`, `<prosody rate>`, `<p>`, `<s>`, `<sub>`,
+`<phoneme alphabet="ipa">`.
+
+Parsed with expat, with document type declarations refused outright (so no entity
+expansion and no external entities can ever be read). Every error, syntax or meaning,
+is a BadSsml naming the line and column; nothing else escapes but other `TtsError`s
+(`PausesTooLong`, `UnreadableText`).
+
+What a document can ask for is bounded: nested `<prosody rate>`s multiply, but the rate
+is clamped to `SPEED_RANGE` at each level (the API's own `speed` range), and the
+`<break>`s of one document may add up to `max_pause_ms` at most (`tts.max_pause_s`).
+A `<phoneme ph>` is checked (IPA symbols only, at most `MAX_PHONEME_CHARS`) and spoken
+inside its sentence; the lexicon (`tts.lexicon`) applies to the document's text, not to
+`ph`, `say-as` or `sub` aliases' results.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from xml.parsers import expat
+
+import structlog
+
+from cosyvoiced.tts.errors import BadSsml, PausesTooLong, TtsError
+from cosyvoiced.tts.frontend.lexicon import Lexicon, check_ipa
+from cosyvoiced.tts.frontend.normalize import plain_segments
+from cosyvoiced.tts.frontend.normalize.en_dates import dates, spoken_date
+from cosyvoiced.tts.frontend.normalize.en_numbers import (
+    CURRENCY_RE,
+    MAX_WORD_DIGITS,
+    cardinal,
+    currency,
+    decimal_digits,
+    digits,
+    number,
+    ordinal_number,
+)
+from cosyvoiced.tts.frontend.normalize.en_text import characters, phone_number
+from cosyvoiced.tts.frontend.segments import (
+    Pause,
+    Segment,
+    Speech,
+    inline_phonemes,
+    merge_speech,
+    strip_markers,
+)
+from cosyvoiced.tts.request import SPEED_RANGE
+
+log = structlog.get_logger(__name__)
+
+TAGS = ("speak", "break", "say-as", "prosody", "p", "s", "sub", "phoneme")
+INTERPRET_AS = ("digits", "telephone", "date", "currency", "characters", "spell-out",
+                "cardinal", "number", "ordinal")
+RATE_WORDS = {"x-slow": 0.6, "slow": 0.8, "medium": 1.0, "default": 1.0, "fast": 1.25,
+              "x-fast": 1.5}
+STRENGTH_MS = {"none": 0, "x-weak": 100, "weak": 200, "medium": 400, "strong": 700,
+               "x-strong": 1000}
+MAX_BREAK_MS = 10_000
+"""Longest single `<break>`."""
+DEFAULT_MAX_PAUSE_MS = 60_000
+"""All `<break>`s of one document together, unless the caller says otherwise (the default
+of `tts.max_pause_s`)."""
+MAX_DATE_DIGITS = 9
+"""A say-as date part longer than this is no date (and never an int() of thousands)."""
+TIME_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*$")
+
+
+@dataclass
+class _Frame:
+    tag: str
+    rate: float
+    say_as: str | None = None
+    fmt: str = ""
+    alias: str | None = None
+    """`<sub alias>`, or the checked IPA of `<phoneme ph>` (`phoneme`)."""
+    phoneme: bool = False
+    text: str = ""
+
+
+def parse_rate(value: str) -> float:
+    """"slow", "150%", "+20%", "-10%", "1.2" -> speaking-rate multiplier."""
+    v = value.strip().lower()
+    if v in RATE_WORDS:
+        return RATE_WORDS[v]
+    m = re.fullmatch(r"([+-]?)(\d+(?:\.\d+)?)(%?)", v)
+    if not m:
+        raise ValueError(f"bad prosody rate {value!r}")
+    x = float(m.group(2))
+    if m.group(3):
+        x = 1.0 + (x / 100 if m.group(1) != "-" else -x / 100) if m.group(1) else x / 100
+    lo, hi = SPEED_RANGE
+    if not lo <= x <= hi:
+        raise ValueError(f"prosody rate {value!r} outside {lo:.0%}..{hi:.0%}")
+    return x
+
+
+def clamp_rate(rate: float) -> float:
+    """A (multiplied) speaking rate kept within `SPEED_RANGE`."""
+    lo, hi = SPEED_RANGE
+    return min(max(rate, lo), hi)
+
+
+def parse_break(attrs: dict[str, str]) -> int:
+    if "time" in attrs:
+        m = TIME_RE.match(attrs["time"])
+        if not m:
+            raise ValueError(f"bad break time {attrs['time']!r} (use e.g. 300ms or 1.5s)")
+        ms = float(m.group(1)) * (1000 if m.group(2) == "s" else 1)
+        if ms > MAX_BREAK_MS:
+            raise ValueError(f"break of {ms:.0f} ms is longer than {MAX_BREAK_MS} ms")
+        return int(round(ms))
+    strength = attrs.get("strength", "medium")
+    if strength not in STRENGTH_MS:
+        raise ValueError(f"bad break strength {strength!r}")
+    return STRENGTH_MS[strength]
+
+
+def say_as_date(text: str, fmt: str) -> str:
+    found = re.findall(r"\d+", text)
+    nums = [int(x) for x in found] if all(len(x) <= MAX_DATE_DIGITS for x in found) else []
+    order = (fmt or "mdy").lower()
+    if nums and len(nums) == len(order) and set(order) <= set("ymd"):
+        parts = dict(zip(order, nums, strict=True))
+        words = spoken_date(parts.get("m", 0), parts.get("d", 0), parts.get("y"))
+        if words:
+            return words
+    return dates(text)
+
+
+def _word_digits(kind: str, ds: str) -> str:
+    if len(ds) > MAX_WORD_DIGITS:
+        raise ValueError(f"a {kind} of {len(ds)} digits is too long to read as words (at "
+                         f"most {MAX_WORD_DIGITS} digits); use interpret-as=\"digits\"")
+    return ds
+
+
+def say_as(kind: str, text: str, fmt: str) -> str:
+    """The words `text` is read as under `<say-as interpret-as=kind format=fmt>`; a
+    ValueError says why it cannot be."""
+    text = text.strip()
+    if kind == "digits":
+        return digits(text)
+    if kind == "telephone":
+        return phone_number(text)
+    if kind == "date":
+        return say_as_date(text, fmt)
+    if kind == "currency":
+        m = CURRENCY_RE.search(text if text[:1] in "$€£-" else "$" + text)
+        return currency(m.group(2), m.group(3), m.group(4), m.group(5)) if m else text
+    if kind in ("characters", "spell-out"):
+        return characters(text)
+    if kind in ("cardinal", "number"):
+        if not re.fullmatch(r"-?[\d,]+(\.\d+)?", text):
+            return text
+        _word_digits(kind, decimal_digits(text.partition(".")[0]))
+        return number(text)
+    if kind == "ordinal":
+        return ordinal_number(_word_digits(kind, text)) if text.isdecimal() else text
+    return text
+
+
+class _Parser:
+    def __init__(self, language: str, max_pause_ms: int, lexicon: Lexicon | None) -> None:
+        self.language = language
+        self.lexicon = lexicon
+        self.max_pause_ms = max_pause_ms
+        self.pause_ms = 0
+        """The document's `<break>`s so far."""
+        self.out: list[Segment] = []
+        self.stack: list[_Frame] = []
+        self.p = expat.ParserCreate()
+        self.p.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
+        self.p.StartDoctypeDeclHandler = self._doctype
+        self.p.StartElementHandler = self._start
+        self.p.EndElementHandler = self._end
+        self.p.CharacterDataHandler = self._chars
+        self.p.ExternalEntityRefHandler = self._external
+
+    def fail(self, message: str) -> BadSsml:
+        return BadSsml(message, self.p.CurrentLineNumber, self.p.CurrentColumnNumber + 1)
+
+    def _doctype(self, *_: object) -> None:
+        raise self.fail("document type declarations are not allowed")
+
+    def _external(self, *_: object) -> int:
+        raise self.fail("external entities are not allowed")
+
+    def _flush(self) -> None:
+        top = self.stack[-1]
+        if top.text and top.say_as is None and top.alias is None:
+            self.out.extend(plain_segments(top.text, self.language, top.rate, self.lexicon))
+            top.text = ""
+
+    def _start(self, tag: str, attrs: dict[str, str]) -> None:
+        if tag not in TAGS:
+            raise self.fail(f"unsupported element <{tag}>; supported: {', '.join(TAGS)}")
+        if not self.stack and tag != "speak":
+            raise self.fail(f"the root element must be <speak>, not <{tag}>")
+        if self.stack and tag == "speak":
+            raise self.fail("<speak> cannot be nested")
+        if self.stack:
+            if self.stack[-1].say_as is not None or self.stack[-1].alias is not None:
+                raise self.fail(f"<{tag}> is not allowed inside <{self.stack[-1].tag}>")
+            self._flush()
+        rate = self.stack[-1].rate if self.stack else 1.0
+        frame = _Frame(tag, rate)
+        try:
+            if tag == "break":
+                self._pause(parse_break(attrs))
+            elif tag == "prosody":
+                frame.rate = clamp_rate(rate * parse_rate(attrs.get("rate", "medium")))
+            elif tag == "say-as":
+                kind = attrs.get("interpret-as", "")
+                if kind not in INTERPRET_AS:
+                    raise ValueError(f"say-as interpret-as={kind!r} is not one of "
+                                     f"{', '.join(INTERPRET_AS)}")
+                frame.say_as, frame.fmt = kind, attrs.get("format", "")
+            elif tag == "sub":
+                if "alias" not in attrs:
+                    raise ValueError("<sub> needs an alias attribute")
+                frame.alias = attrs["alias"]
+            elif tag == "phoneme":
+                alphabet = attrs.get("alphabet", "ipa")
+                if alphabet != "ipa":
+                    raise ValueError(f"<phoneme alphabet={alphabet!r}>: only \"ipa\" is "
+                                     f"supported")
+                if "ph" not in attrs:
+                    raise ValueError("<phoneme> needs a ph attribute")
+                frame.alias, frame.phoneme = check_ipa(attrs["ph"]), True
+        except ValueError as exc:
+            raise self.fail(str(exc)) from None
+        self.stack.append(frame)
+
+    def _pause(self, ms: int) -> None:
+        self.pause_ms += ms
+        if self.pause_ms > self.max_pause_ms:
+            raise PausesTooLong(self.pause_ms, self.max_pause_ms, self.p.CurrentLineNumber,
+                                self.p.CurrentColumnNumber + 1)
+        self.out.append(Pause(ms))
+
+    def _end(self, tag: str) -> None:
+        frame = self.stack[-1]
+        self._flush()
+        self.stack.pop()
+        if frame.say_as is not None:
+            try:
+                words = say_as(frame.say_as, frame.text, frame.fmt)
+            except (ValueError, ArithmeticError, LookupError) as exc:
+                raise self.fail(f"<say-as interpret-as=\"{frame.say_as}\">: {exc}") from None
+            if words:
+                self.out.append(Speech(words, frame.rate))
+        elif frame.phoneme:
+            self.out.append(Speech(inline_phonemes(frame.alias or ""), frame.rate))
+        elif frame.alias is not None:
+            self.out.extend(plain_segments(frame.alias, self.language, frame.rate))
+        elif tag in ("p", "s") and self.out and isinstance(self.out[-1], Speech):
+            last = self.out[-1]
+            if not last.text.rstrip().endswith((".", "!", "?")):
+                self.out[-1] = Speech(last.text.rstrip() + ".", last.rate)
+
+    def _chars(self, data: str) -> None:
+        if not self.stack:
+            return
+        if self.stack[-1].tag == "break" and data.strip():
+            raise self.fail("<break> must be empty")
+        self.stack[-1].text += strip_markers(data)
+
+    def parse(self, text: str) -> list[Segment]:
+        try:
+            self.p.Parse(text, True)
+        except expat.ExpatError as exc:
+            raise BadSsml(expat.ErrorString(exc.code), exc.lineno, exc.offset + 1) from None
+        except TtsError:
+            raise
+        except UnicodeError as exc:  # e.g. a lone surrogate, which expat cannot encode
+            raise BadSsml(f"not encodable text ({exc.reason})", 1, 1) from None
+        except Exception as exc:  # a rule's bug must not become a 500: refuse the document
+            # the message may quote the input: its type only above debug
+            log.warning("ssml_failed", error=type(exc).__name__, text_chars=len(text))
+            log.debug("ssml_failed_detail", error=repr(exc)[:200])
+            raise self.fail(f"cannot read this document ({type(exc).__name__})") from exc
+        return merge_speech(self.out)
+
+
+def parse_ssml(text: str, language: str = "en", *,
+               max_pause_ms: int = DEFAULT_MAX_PAUSE_MS,
+               lexicon: Lexicon | None = None) -> list[Segment]:
+    """An SSML document to segments (normalized speech, phonemes, pauses); adjacent
+    speech at one rate is one segment, so markup inside a sentence does not cut it.
+
+    Raises only `TtsError`s: `BadSsml` (where and why), `PausesTooLong` when its
+    `<break>`s add up to more than `max_pause_ms`, `UnreadableText`."""
+    return _Parser(language, max_pause_ms, lexicon).parse(text)
+
+
+__all__ = ["DEFAULT_MAX_PAUSE_MS", "clamp_rate", "parse_ssml", "parse_rate", "parse_break",
+           "say_as", "cardinal"]
