@@ -1,16 +1,20 @@
 """Pronunciation control on the real daemon: the `tts.lexicon` file (read again on
-SIGHUP) and SSML `<phoneme>`/`<sub>`, judged by what Whisper hears.
+SIGHUP) and SSML `<phoneme>`/`<sub>`.
 
-The brand names are made up and spelled so that the voice's own reading is heard as
-something else ("Qyxelle" as "kxl" or "kexel", by vocoder); with the entry, Whisper hears
-the real word the IPA spells ("banana": far from any reading of the spelling, where a
-near word such as "pixel" was sometimes heard without the entry too). The respelling and
-the `<sub>` alias are "platinum", a word no reading of "Ghoyce" comes near and Whisper
-hears every time (a near word, "choice", was once heard as "toys")."""
+What the lexicon controls is asserted exactly: the phonemes the voice is given (the
+daemon logs them at debug level, `tts_phonemes`), before and after a reload. The audio is
+then judged by Whisper on whole sentences with a margin (most words heard, each within a
+spelling's distance), never on one word: tiny.en hears "platinum" as "pladinim" on some
+engines. The brand names are made up and spelled so that the voice's own reading is heard
+as something else ("Qyxelle" as "kxl" or "kexel"); with the entry the voice says
+"banana", far from any reading of the spelling.
+"""
 
 from __future__ import annotations
 
+import difflib
 import io
+import json
 import signal
 import subprocess
 import sys
@@ -24,9 +28,12 @@ import pytest
 import soxr
 
 from cosyvoiced.listen.asr import WhisperAsr
+from cosyvoiced.tts.frontend.phonemize import espeak_phonemes, raw_phonemes
 
 TEXT = "Thank you for calling Qyxelle support."
 LEXICON = '[ipa]\nQyxelle = "bənˈænə"\n\n[say]\nGhoyce = "platinum"\n'
+BANANA = "".join(raw_phonemes("bənˈænə"))
+DEBUG = 'log.level="debug"'
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +42,6 @@ def judge() -> WhisperAsr:
 
 
 def _base(d) -> str:
-    import json
     for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]:
         if x.startswith("tcp://"):
             return x.replace("tcp://", "http://")
@@ -43,7 +49,6 @@ def _base(d) -> str:
 
 
 def _post(base: str, body: dict) -> tuple[int, bytes]:
-    import json
     req = urllib.request.Request(f"{base}/v1/tts", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     try:
@@ -53,14 +58,39 @@ def _post(base: str, body: dict) -> tuple[int, bytes]:
         return exc.code, exc.read()
 
 
-def _hear(judge: WhisperAsr, base: str, text: str, *, ssml: bool = False) -> str:
+def _hear(judge: WhisperAsr, base: str, text: str, *, ssml: bool = False) -> list[str]:
     status, data = _post(base, {"text": text, "ssml": ssml, "format": "wav"})
     assert status == 200, data[:200]
     with wave.open(io.BytesIO(data)) as w:
         rate = w.getframerate()
         pcm = np.frombuffer(w.readframes(1 << 30), dtype="<i2")
     audio = soxr.resample(pcm.astype(np.float32) / 32768.0, rate, 16000)
-    return judge.transcribe_audio(audio).text.lower()
+    heard = judge.transcribe_audio(audio).text.lower()
+    return "".join(c if c.isalpha() or c.isspace() else " " for c in heard).split()
+
+
+def _near(word: str, heard: list[str]) -> bool:
+    """Heard within a spelling's distance ("pladinim" for "platinum" is 0.75)."""
+    return any(difflib.SequenceMatcher(None, word, h).ratio() >= 0.7 for h in heard)
+
+
+def _recall(expected: str, heard: list[str]) -> float:
+    words = expected.split()
+    return sum(_near(w, heard) for w in words) / len(words)
+
+
+def _said(d, base: str, text: str, *, ssml: bool = False) -> str:
+    """The phonemes the voice was given for one request (a text not said before: a prompt
+    the cache holds is not phonemized again)."""
+    seen = len(d.log_events())
+    status, data = _post(base, {"text": text, "ssml": ssml, "format": "wav"})
+    assert status == 200, data[:200]
+    deadline = time.monotonic() + 10
+    while True:
+        said = [e["phonemes"] for e in d.log_events()[seen:] if e.get("event") == "tts_phonemes"]
+        if said or time.monotonic() > deadline:
+            return " ".join(said)
+        time.sleep(0.1)
 
 
 def _hup(d) -> None:
@@ -69,22 +99,28 @@ def _hup(d) -> None:
     d.notify.wait_for("READY", "1", after=hup, timeout_s=10)
 
 
-def test_lexicon_entry_makes_a_brand_name_heard_right_and_reloads(daemon_factory, tmp_path,
-                                                                   judge):
+def test_lexicon_entry_changes_what_the_voice_is_given_and_reloads(daemon_factory, tmp_path,
+                                                                    judge):
     lex = tmp_path / "lexicon.toml"
     lex.write_text("[say]\n")
-    d = daemon_factory(overrides=(f'tts.lexicon="{lex}"',)).start()
+    d = daemon_factory(overrides=(f'tts.lexicon="{lex}"', DEBUG)).start()
     d.wait_ready()
     base = _base(d)
-    before = _hear(judge, base, TEXT)
-    assert "banana" not in before, before
+    before = _said(d, base, TEXT)
+    assert before and BANANA not in before, before
+    assert not _near("banana", _hear(judge, base, TEXT))
 
     lex.write_text(LEXICON)
     _hup(d)
-    after = _hear(judge, base, TEXT)
-    assert "banana" in after, after
-    assert "thank you for calling" in after  # the word stayed inside its sentence
-    assert "platinum" in _hear(judge, base, "Welcome to Ghoyce.")  # a [say] respelling
+    after = _said(d, base, "Thank you for calling Qyxelle support today.")
+    assert BANANA in after, after
+    # the word stayed inside its sentence: one clause, espeak's phonemes around it
+    assert after.startswith("".join(espeak_phonemes("Thank you for calling", "en-us"))), after
+    assert _said(d, base, "Welcome to Ghoyce.") == "".join(
+        espeak_phonemes("Welcome to platinum.", "en-us"))  # a [say] respelling
+    heard = _hear(judge, base, TEXT)
+    assert _near("banana", heard) and _recall("thank you for calling banana support",
+                                              heard) >= 4 / 6, heard
     loaded = [e for e in d.log_events() if e.get("event") == "lexicon_loaded"]
     assert loaded[-1]["entries"] == 2
 
@@ -92,19 +128,22 @@ def test_lexicon_entry_makes_a_brand_name_heard_right_and_reloads(daemon_factory
     _hup(d)
     rejected = [e for e in d.log_events() if e.get("event") == "lexicon_rejected"]
     assert rejected and "Qyxelle" in rejected[-1]["error"]
-    assert "banana" in _hear(judge, base, TEXT)
+    assert BANANA in _said(d, base, "Qyxelle support, how may I help?")
     d.signal(signal.SIGTERM)
     assert d.wait() == 0
 
 
-def test_ssml_phoneme_and_sub_are_heard_and_a_bad_ph_is_a_400(daemon_factory, judge):
-    d = daemon_factory().start()
+def test_ssml_phoneme_and_sub_are_said_and_a_bad_ph_is_a_400(daemon_factory, judge):
+    d = daemon_factory(overrides=(DEBUG,)).start()
     d.wait_ready()
     base = _base(d)
     doc = ('<speak>Thank you for calling <phoneme alphabet="ipa" ph="bənˈænə">Qyxelle'
            '</phoneme> support, and <sub alias="platinum">Ghoyce</sub> rewards.</speak>')
+    said = _said(d, base, doc, ssml=True)
+    assert BANANA in said and "plˈætɪnəm" in said, said
     heard = _hear(judge, base, doc, ssml=True)
-    assert "banana" in heard and "platinum" in heard, heard
+    expected = "thank you for calling banana support and platinum rewards"
+    assert _near("banana", heard) and _recall(expected, heard) >= 7 / 9, heard
     status, body = _post(base, {"text": '<speak><phoneme ph="x9">x</phoneme></speak>',
                                 "ssml": True})
     assert status == 400 and b"bad_ssml" in body, body

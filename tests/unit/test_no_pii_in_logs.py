@@ -183,7 +183,7 @@ def test_dtmf_digits_and_text_spoken_into_a_call_stay_out_of_the_info_log():
 LEVELS_ABOVE_DEBUG = frozenset({"info", "warning", "warn", "error", "exception", "critical",
                                 "fatal", "msg"})
 CONTENT_FIELD = re.compile(r"(^|_)(text|texts|transcript|transcripts|digit|digits|ssml|"
-                           r"greeting|words?)($|_)")
+                           r"greeting|words?|phonemes?)($|_)")
 """A field named like the content itself (`text`, `transcript_text`, `digits`, ...)."""
 LENGTH_FIELD = re.compile(r"_(chars|len|length|count|bytes|size)$")
 """... unless it names the content's length (`text_chars`): that is fine at info."""
@@ -236,7 +236,8 @@ def test_no_log_call_above_debug_passes_content():
 
 
 @pytest.mark.parametrize("name", ["text", "transcript", "digit", "digits", "ssml",
-                                  "greeting", "transcript_text", "text_preview"])
+                                  "greeting", "transcript_text", "text_preview",
+                                  "phonemes"])
 def test_content_names_are_caught(name):
     assert CONTENT_FIELD.search(name) and not LENGTH_FIELD.search(name)
 

@@ -73,12 +73,16 @@ def mixed_phonemes(text: str, espeak_voice: str,
     return flat
 
 
-def text_to_ids(text: str, config: PiperConfig) -> list[int]:
+def text_phonemes(text: str, config: PiperConfig) -> list[str]:
+    """The phonemes the voice is given for `text` (inline IPA pieces spliced in)."""
     from piper.config import PhonemeType
 
     if config.phoneme_type != PhonemeType.ESPEAK:
         raise UnsupportedPhonemeType(
             f"voice phoneme type {config.phoneme_type.value!r} is not supported (espeak only)")
-    phonemes = (mixed_phonemes if INLINE_OPEN in text else espeak_phonemes)(
+    return (mixed_phonemes if INLINE_OPEN in text else espeak_phonemes)(
         text, config.espeak_voice, config.vowel_clusters)
-    return to_ids(phonemes, config.phoneme_id_map)
+
+
+def text_to_ids(text: str, config: PiperConfig) -> list[int]:
+    return to_ids(text_phonemes(text, config), config.phoneme_id_map)

@@ -26,7 +26,7 @@ from cosyvoiced.audio.codec import f32_to_s16, mulaw_encode
 from cosyvoiced.audio.resample import StreamResampler
 from cosyvoiced.config.schema import TtsConfig
 from cosyvoiced.runtime.onnx import run as onnx_run
-from cosyvoiced.tts.frontend.phonemize import raw_phonemes, text_to_ids, to_ids
+from cosyvoiced.tts.frontend.phonemize import raw_phonemes, text_phonemes, to_ids
 from cosyvoiced.tts.frontend.plan import Clause
 from cosyvoiced.tts.request import LENGTH_SCALE_RANGE, AudioChunk, SynthesisOptions
 from cosyvoiced.tts.streaming.prompt_cache import PromptCache, PromptKey
@@ -246,8 +246,11 @@ class Synthesis(Iterator[AudioChunk]):
         """(speech, front chars, front seconds) of a clause's model runs, in order."""
         voice, cfg = self.voice, self.voice.config
         t0 = time.perf_counter()
-        ids = (to_ids(raw_phonemes(clause.text), cfg.phoneme_id_map) if clause.phonemes
-               else text_to_ids(clause.text, cfg))
+        phonemes = (raw_phonemes(clause.text) if clause.phonemes
+                    else text_phonemes(clause.text, cfg))
+        # what the voice is told to say (lexicon and <phoneme> entries spliced in): content
+        log.debug("tts_phonemes", voice=voice.name, clause=n, phonemes="".join(phonemes))
+        ids = to_ids(phonemes, cfg.phoneme_id_map)
         feeds = model_inputs(ids, effective_length_scale(self.length, clause.rate),
                              self.noise, self.noise_w, self.sid)
         split = voice.split
