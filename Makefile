@@ -43,10 +43,11 @@ int8: $(BIN)/.stamp-test
 
 # The suites, then the load ramps side by side with Piper's servers (and cosyvoiced with its
 # admission limit out of the way), one knee rule for all (medium profile: +2 streams every
-# 20 s, sized for small boxes), each into its own section of docs/performance.md and its
-# plots: TTS-only unique text (docs/loadgen/tts/), the mix of every kind of client
-# (docs/loadgen/), the call-center script with the prompt cache on (docs/loadgen/script/;
-# +4 streams a step: its knee lies past the 60 streams 30 steps of 2 reach).
+# 20 s, sized for small boxes), each into its own section of docs/performance-history.md,
+# its row of docs/performance.md (one per CPU family) and its plots: TTS-only unique text
+# (docs/loadgen/tts/), the mix of every kind of client (docs/loadgen/), the call-center
+# script with the prompt cache on (docs/loadgen/script/; +4 streams a step: its knee lies
+# past the 60 streams 30 steps of 2 reach).
 bench: $(BIN)/.stamp-test
 	mkdir -p var && rm -f var/bench-failed
 	for s in tts download prompts io streams features asr language listen calls encode scaleout memory; do \

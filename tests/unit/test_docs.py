@@ -9,6 +9,10 @@ import sys
 from pathlib import Path
 
 README_MAX_BYTES = 8192
+PERFORMANCE_MAX_BYTES = 15_000
+"""docs/performance.md holds the latest figures only; the dated runs go to
+docs/performance-history.md (`tools.loadgen --docs` writes its rows there, one per ramp
+and CPU family)."""
 
 
 def doc_pages(repo_root: Path) -> list[Path]:
@@ -37,6 +41,12 @@ def test_readme_is_short(repo_root):
     assert size <= README_MAX_BYTES, f"README.md is {size} bytes: move detail into docs/"
 
 
+def test_performance_page_is_short(repo_root):
+    size = (repo_root / "docs" / "performance.md").stat().st_size
+    assert size <= PERFORMANCE_MAX_BYTES, \
+        f"docs/performance.md is {size} bytes: move dated runs into docs/performance-history.md"
+
+
 def slug(heading: str) -> str:
     """GitHub's anchor for a Markdown heading."""
     text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
@@ -48,24 +58,56 @@ def anchors(page: Path) -> set[str]:
 
 
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
+REF_DEF = re.compile(r"^\[([^\]]+)\]:\s*(\S+)", re.M)
+"""A reference-style link's target: `[name]: path#anchor` on a line of its own."""
+REF_USE = re.compile(r"\]\[([^\]]+)\]")
+"""A reference-style link: `[text][name]`."""
 
 
-def test_every_link_resolves_inside_the_repo(repo_root):
+def broken_links(pages: list[Path], repo_root: Path) -> list[str]:
+    """Every link of `pages` (inline `](path#anchor)` and reference-style) whose file is
+    not in the repo, or whose #anchor names no heading of that Markdown file (GitHub's
+    slugs); and every `[text][name]` with no `[name]: ...` (it renders as plain text)."""
     bad = []
-    for page in doc_pages(repo_root):
-        for target in LINK.findall(page.read_text()):
+    for page in pages:
+        text = page.read_text()
+        rel = page.relative_to(repo_root)
+        defined = {name.lower(): target for name, target in REF_DEF.findall(text)}
+        bad += [f"{rel}: [{name}] is used but not defined" for name in REF_USE.findall(text)
+                if name.lower() not in defined]
+        for target in [*LINK.findall(text), *defined.values()]:
             if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
                 continue
             path, _, anchor = target.partition("#")
             dest = (page.parent / path).resolve() if path else page
-            rel = page.relative_to(repo_root)
             if not dest.is_relative_to(repo_root):
                 bad.append(f"{rel}: {target} points outside the repo")
             elif not dest.is_file():
                 bad.append(f"{rel}: {target} is not a file in the repo")
             elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
                 bad.append(f"{rel}: {target} names no heading of {dest.name}")
-    assert bad == []
+    return bad
+
+
+def test_every_link_resolves_inside_the_repo(repo_root):
+    assert broken_links(doc_pages(repo_root), repo_root) == []
+
+
+def test_a_broken_link_or_anchor_is_caught(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "b.md").write_text("# B\n\n## The run of 2026-12-04, night (`make bench`)\n")
+    page = tmp_path / "docs" / "a.md"
+    page.write_text("# A\n\n[ok](b.md#the-run-of-2026-12-04-night-make-bench) [self](#a) "
+                    "[ok too][run]\n\n[run]: b.md#b\n")
+    assert broken_links([page], tmp_path) == []
+    page.write_text("# A\n\n[moved](b.md#load-ramp) [gone](c.md) [up](../../x.md) "
+                    "[undefined][nowhere] [bad ref][run]\n\n[run]: b.md#soak\n")
+    assert broken_links([page], tmp_path) == [
+        "docs/a.md: [nowhere] is used but not defined",
+        "docs/a.md: b.md#load-ramp names no heading of b.md",
+        "docs/a.md: c.md is not a file in the repo",
+        "docs/a.md: ../../x.md points outside the repo",
+        "docs/a.md: b.md#soak names no heading of b.md"]
 
 
 PATH = re.compile(r"`((?:daemon|tools|tests|configs|systemd|docs)/[\w./*-]*)`")

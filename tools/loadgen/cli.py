@@ -36,9 +36,11 @@ the daemon's call counter), dropped frames, refusals, CPU % and PSS of the serve
 its child processes (/proc/PID/smaps_rollup), per-worker busy fraction (/v1/status),
 load average. Output under `--out`: loadgen.json, loadgen.md, latency.png,
 resources.png, failures.png; `--docs` also writes the Markdown between the
-`<!-- loadgen:begin -->` / `<!-- loadgen:end -->` markers of docs/performance.md and the
-plots under docs/loadgen/ (which that page shows); a TTS-only run (`--mix tts=1`) and the
-call-center script (`--text script`) have their own (`loadgen-tts`, `loadgen-script`;
+`<!-- loadgen:begin -->` / `<!-- loadgen:end -->` markers of docs/performance-history.md
+and the plots under docs/loadgen/ (which that page shows), and replaces the run's row
+(`<!-- loadgen:FAMILY -->`, one per CPU family: amx, avx512_bf16, other) in the latest
+figures of docs/performance.md, which stays short; a TTS-only run (`--mix tts=1`) and
+the call-center script (`--text script`) have their own (`loadgen-tts`, `loadgen-script`;
 docs/loadgen/tts/, docs/loadgen/script/).
 """
 
@@ -64,6 +66,13 @@ from tools.loadgen.stats import PROFILES, Profile, loadavg_1m
 from tools.loadgen.streams import CallStream, Stream
 
 REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+CURRENT, HISTORY = "performance.md", "performance-history.md"
+"""The latest figures (a row per ramp and CPU family) and the runs in full, in docs/."""
+SECTIONS = {"tts": ("TTS-only ramp", "tts-only-ramp"), "": ("mixed ramp", "mixed-load"),
+            "script": ("call-center script ramp", "call-center-script-mix")}
+"""A run's kind (`section`): its label in the latest figures, its heading's anchor in the
+history."""
 PEERS = ("piper-http", "wyoming-piper", "cosyvoiced-noadmit")
 PEER_KIND = {"piper-http": "piper", "wyoming-piper": "wyoming", "cosyvoiced-noadmit": "tts"}
 NO_ADMISSION = ("workers.admit_busy_max=4.0", "workers.max_streams=100000")
@@ -116,8 +125,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "e.g. asr.enabled=false for a TTS-only box; repeatable")
     p.add_argument("--out", type=Path, default=REPO / "var" / "loadgen")
     p.add_argument("--docs", action="store_true",
-                   help="write the summary into docs/performance.md and the plots under "
-                        "docs/loadgen")
+                   help="write the run into docs/performance-history.md, its row into "
+                        "docs/performance.md and the plots under docs/loadgen")
     args = p.parse_args(argv)
     if args.quick:
         args.profile = "quick"
@@ -304,20 +313,35 @@ def publish(args: argparse.Namespace, doc: dict) -> int:
     print(report.markdown(doc, None))
     if args.docs:
         kind = section(doc)  # its own section and plots
-        sub = f"loadgen/{kind}" if kind else "loadgen"
-        plots = REPO / "docs" / sub
+        plots = DOCS / plots_dir(kind)
         plots.mkdir(parents=True, exist_ok=True)
         for n in report.PLOTS:
             shutil.copy(args.out / n, plots / n)
-        # image links relative to docs/performance.md
-        report.update_docs(REPO / "docs" / "performance.md", report.markdown(doc, sub),
-                           f"loadgen-{kind}" if kind else "loadgen")
+        publish_docs(doc, DOCS)
     return 0
 
 
+def plots_dir(kind: str) -> str:
+    """Where a kind's plots go, relative to docs/ (and to the pages that show them)."""
+    return f"loadgen/{kind}" if kind else "loadgen"
+
+
+def publish_docs(doc: dict, docs: Path) -> None:
+    """The run in full into its section of the history page; its row, for its CPU family,
+    into the latest figures of the current page (a row per kind and family: the page stays
+    the same size however often the ramps run)."""
+    kind = section(doc)
+    name = f"loadgen-{kind}" if kind else "loadgen"
+    report.update_docs(docs / HISTORY, report.markdown(doc, plots_dir(kind)), name)
+    label, anchor = SECTIONS[kind]
+    report.update_row(docs / CURRENT, name, report.cpu_family(doc.get("machine", {})),
+                      report.row(doc, label, f"{HISTORY}#{anchor}"))
+
+
 def section(doc: dict) -> str:
-    """Which section of docs/performance.md a run goes to: "script" (the call-center script
-    mix), "tts" (unique-text TTS only), "" (any other mix)."""
+    """Which section of docs/performance-history.md (and row of docs/performance.md) a run
+    goes to: "script" (the call-center script mix), "tts" (unique-text TTS only), "" (any
+    other mix)."""
     if doc.get("text") == "script":
         return "script"
     kinds = {tuple(sorted(r["mix"])) for r in doc["ramps"] if r["server"].startswith("cosyvoiced")}

@@ -1,5 +1,7 @@
-"""What a ramp run leaves behind: JSON, a Markdown summary, PNG plots, and the ramp section
-of docs/performance.md (between `<!-- loadgen:begin -->` and `<!-- loadgen:end -->`)."""
+"""What a ramp run leaves behind: JSON, a Markdown summary, PNG plots, the run in full in
+its section of docs/performance-history.md (between `<!-- loadgen:begin -->` and
+`<!-- loadgen:end -->`, or its kind's markers), and its row of the latest figures in
+docs/performance.md (the table row marked `<!-- loadgen:FAMILY -->`, one per CPU family)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ from tools.loadgen.stats import (
 
 BEGIN, END = "<!-- loadgen:begin -->", "<!-- loadgen:end -->"
 PLOTS = ("latency.png", "resources.png", "failures.png")
+CPU_FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512_vnni")
+"""The CPU flags a run records: what decides which engine `auto` takes (bf16 on AMX or
+AVX512-BF16, INT8 with VNNI), so figures of one family compare."""
 
 
 def machine() -> dict[str, Any]:
@@ -35,8 +40,23 @@ def machine() -> dict[str, Any]:
             elif line.startswith("flags") and not flags:
                 flags = set(line.split(":", 1)[1].split())
     return {"cpu": model, "nproc": os.cpu_count(), "avx512_vnni": "avx512_vnni" in flags,
-            "amx_bf16": "amx_bf16" in flags,
+            "amx_bf16": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags,
+            "flags": [f for f in CPU_FLAGS if f in flags],
             "python": platform.python_version(), "kernel": platform.release()}
+
+
+def cpu_flags(m: dict[str, Any]) -> list[str]:
+    """The recorded flags of `CPU_FLAGS` (a run saved before they were: from its booleans)."""
+    if "flags" in m:
+        return list(m["flags"])
+    return [f for f in ("amx_bf16", "avx512_bf16", "avx512_vnni") if m.get(f)]
+
+
+def cpu_family(m: dict[str, Any]) -> str:
+    """Which row of the latest figures a run replaces: `amx`, `avx512_bf16` or `other`."""
+    flags = cpu_flags(m)
+    return "amx" if "amx_bf16" in flags else "avx512_bf16" if "avx512_bf16" in flags \
+        else "other"
 
 
 def sustained(steps: list[dict[str, Any]], knee: int | None) -> int:
@@ -124,7 +144,7 @@ def targets(ramps: list[dict[str, Any]], idle: dict[str, Any] | None = None,
             a, b = ours["sustained_streams_held"], p["sustained_streams_held"]
             ratio = a / b if b else (math.inf if a else math.nan)
             out.append({"name": f"cosyvoiced / {p['server']}, concurrent real-time TTS streams "
-                                "(same knee, held 2 steps in a row)",
+                                "(same knee, held 2 steps in a row)", "short": f"vs {p['server']}",
                         "value": _num(ratio), "goal": f">= {goal:g}", "ok": ratio >= goal,
                         "detail": f"{a} vs {b}"})
         best = max(peers, key=lambda p: p["sustained_streams_strict"])
@@ -132,13 +152,14 @@ def targets(ramps: list[dict[str, Any]], idle: dict[str, Any] | None = None,
         ratio = a / b if b else (math.inf if a else math.nan)
         out.append({"name": "cosyvoiced / the better peer, streams with no gap, nothing "
                             f"refused and first audio p95 <= {TTFA_BOUND_MS / 1000:g} s",
+                    "short": "strict",
                     "value": _num(ratio), "goal": ">= 3", "ok": ratio >= 3,
                     "detail": f"{a} vs {b} ({best['server']})"})
     if idle and idle.get("mb_per_call") is not None:
         c, m = idle["calls"], idle["pss_mb"]
         mid = next(i for i, n in enumerate(c) if n >= c[-1] / 2)
         out.append({"name": "PSS growth per added stream, MB (silent calls held open, "
-                            f"{c[mid]} to {c[-1]})",
+                            f"{c[mid]} to {c[-1]})", "short": "PSS/idle call",
                     "value": idle["mb_per_call"], "goal": "<= 0.5",
                     "ok": idle["mb_per_call"] <= 0.5,
                     "detail": "PSS at " + ", ".join(f"{n} calls {x:.0f} MB"
@@ -148,11 +169,13 @@ def targets(ramps: list[dict[str, Any]], idle: dict[str, Any] | None = None,
             continue
         slope = _nan(r["pss_mb_per_stream"])
         out.append({"name": f"PSS growth per added stream, MB (mix {_mix(r['mix'])})",
+                    "short": f"PSS/stream{_of(r['mix'])}",
                     "value": _num(slope), "goal": "<= 0.5",
                     "ok": not math.isnan(slope) and slope <= 0.5})
         knee = r["knee_step"]
         out.append({"name": f"underruns at and past the knee, load refused instead "
                             f"(mix {_mix(r['mix'])})",
+                    "short": f"underruns past the knee{_of(r['mix'])}",
                     "value": r["underruns_past_knee"], "goal": "0, knee reached",
                     "ok": knee is not None and r["underruns_past_knee"] == 0,
                     "detail": "no knee reached" if knee is None else
@@ -326,6 +349,59 @@ def plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
     return written
 
 
+def row(doc: dict[str, Any], label: str, link: str) -> list[str]:
+    """The run's cells in the table of latest figures (docs/performance.md): what ran, the
+    CPU and its flags, date and commit linked to the run in full (`link`), cosyvoiced's
+    sustained streams (strict in brackets), the peers' in the same run, the targets."""
+    m = doc.get("machine", {})
+    flags = cpu_flags(m)
+    cpu = f"{m.get('cpu') or 'CPU not recorded'} ({' '.join(flags) or 'no AVX512-BF16'}" \
+        + ("" if "amx_bf16" in flags else ", no AMX") + ")"
+    run = f"[{doc.get('date', 'date not recorded')}, {doc.get('commit') or 'commit not recorded'}]" \
+        f"({link})"
+
+    def streams(r: dict[str, Any]) -> str:
+        name = r["server"]
+        if name == "cosyvoiced-noadmit":
+            name = "admission off"
+        elif name == "cosyvoiced" and tuple(r["mix"]) != ("tts",):
+            name = f"the mix {_mix(r['mix'])}"
+        return f"{name} {r['sustained_streams_held']} (strict {r['sustained_streams_strict']})"
+
+    ours = [streams(r) for r in doc["ramps"] if r["server"].startswith("cosyvoiced")]
+    peers = [streams(r) for r in doc["ramps"] if not r["server"].startswith("cosyvoiced")]
+    targets = [f"{t.get('short', t['name'])} "
+               f"{'∞' if t['value'] is None and t['ok'] else _f(t['value'], 2)} ({t['goal']}) "
+               + ("ok" if t["ok"] else "**FAIL**") for t in doc["targets"]]
+    cells = [label, cpu, run, "; ".join(ours) or "–", "; ".join(peers) or "–",
+             "; ".join(targets) or "–"]
+    return [c.replace("|", "/").replace("\n", " ") for c in cells]
+
+
+def row_marker(name: str, family: str) -> str:
+    """Marks the row of a ramp's kind (`loadgen`, `loadgen-tts`, ...) for one CPU family."""
+    return f"<!-- {name}:{family} -->"
+
+
+def update_row(page: Path, name: str, family: str, cells: list[str]) -> None:
+    """Replace the table row of `page` that carries the marker of `name` and `family`;
+    with no row of that family yet, add one after the last row of `name` (so a page holds
+    one row per kind and family, whatever the number of runs)."""
+    marker = row_marker(name, family)
+    line = f"| {marker} {cells[0]} | " + " | ".join(cells[1:]) + " |"
+    lines = page.read_text().split("\n")
+    rows = [i for i, text in enumerate(lines) if text.startswith("|")]
+    mine = [i for i in rows if marker in lines[i]]
+    if mine:
+        lines[mine[0]] = line
+    else:
+        kin = [i for i in rows if f"<!-- {name}:" in lines[i]]
+        if not kin:
+            raise ValueError(f"{page}: no table row marked {row_marker(name, '...')}")
+        lines.insert(kin[-1] + 1, line)
+    page.write_text("\n".join(lines))
+
+
 def markers(name: str = "loadgen") -> tuple[str, str]:
     """The begin and end markers of a ramp's section (`loadgen`, or `loadgen-script` for the
     call-center script mix)."""
@@ -369,6 +445,11 @@ def _underruns(step: dict[str, Any]) -> str:
     if not step["underruns"] or len(by) < 2 and set(by) <= {"tts", "piper", "wyoming"}:
         return str(step["underruns"])
     return f"{step['underruns']} ({', '.join(f'{k} {v}' for k, v in by.items())})"
+
+
+def _of(mix: dict[str, float]) -> str:
+    """" (tts=2,call=1)": which ramp a target is of, said only for a mix other than TTS only."""
+    return "" if tuple(mix) == ("tts",) else f" ({_mix(mix)})"
 
 
 def _mix(mix: dict[str, float]) -> str:

@@ -415,17 +415,115 @@ def test_docs_section_replaced_between_markers_only(lg, tmp_path):
         lg.report.update_docs(page, "x")
 
 
-def test_docs_flag_targets_the_performance_page_and_its_markers(lg, repo_root):
+def test_docs_flag_targets_the_history_page_and_the_current_pages_rows(lg, repo_root):
     from tools.loadgen import cli
 
+    from tests.unit.test_docs import anchors
+
     assert cli.parse_args(["--url", "http://x", "--docs"]).docs
-    page = (repo_root / "docs" / "performance.md").read_text()
-    assert page.index(lg.report.BEGIN) < page.index(lg.report.END)
+    history = repo_root / "docs" / cli.HISTORY
+    text = history.read_text()
+    current = (repo_root / "docs" / cli.CURRENT).read_text()
+    assert text.index(lg.report.BEGIN) < text.index(lg.report.END)
     assert lg.report.BEGIN not in (repo_root / "README.md").read_text()
-    # each kind of run has its own section: make bench publishes all three in one go
-    for name in ("loadgen-tts", "loadgen", "loadgen-script"):
+    # each kind of run has its own section, under the heading its row links to, and a row
+    # per CPU family on the current page: make bench publishes all three in one go
+    for kind, (label, anchor) in cli.SECTIONS.items():
+        name = f"loadgen-{kind}" if kind else "loadgen"
         begin, end = lg.report.markers(name)
-        assert page.index(begin) < page.index(end)
+        assert text.index(begin) < text.index(end)
+        assert begin not in current
+        assert anchor in anchors(history)
+        heading = text[:text.index(begin)].rsplit("\n#", 1)[1]
+        assert anchor in anchors_of(heading), (name, heading)
+        assert f"| {lg.report.row_marker(name, 'avx512_bf16')} {label} |" in current
+
+
+def anchors_of(heading_line: str) -> set[str]:
+    """The anchor of one heading line ("## Load ramp")."""
+    from tests.unit.test_docs import slug
+
+    return {slug(heading_line.lstrip("#").split("\n", 1)[0])}
+
+
+def _docs(lg, amx: bool) -> list[dict]:
+    """A run of each kind (TTS only, a mix, the script), as `--docs` publishes them."""
+    import dataclasses
+
+    ours, piper = _results(lg)
+    machine = {"cpu": "Test CPU", "nproc": 2, "avx512_vnni": True, "amx_bf16": amx,
+               "avx512_bf16": True, "python": "3.11.7",
+               "flags": ["amx_bf16", "avx512_bf16"] if amx else ["avx512_bf16"]}
+    meta = {"date": "2026-12-06 01:00 UTC", "commit": "abc1234", "machine": machine,
+            "loadavg_before": 1.5, "command": "python -m tools.loadgen --quick",
+            "profile_name": "quick", "profile": {"start": 2, "step": 2, "interval_s": 10.0},
+            "cpus": "0-1"}
+    mix = dataclasses.replace(ours, mix={"tts": 2.0, "call": 1.0})
+    return [lg.report.summarize([ours, piper], meta),
+            lg.report.summarize([mix, ours, piper], meta),
+            lg.report.summarize([ours, piper], {**meta, "text": "script"})]
+
+
+def test_a_run_becomes_one_row_of_the_latest_figures(lg):
+    tts, mix, script = _docs(lg, amx=False)
+    cells = lg.report.row(tts, "TTS-only ramp", "performance-history.md#tts-only-ramp")
+    assert cells == [
+        "TTS-only ramp", "Test CPU (avx512_bf16, no AMX)",
+        "[2026-12-06 01:00 UTC, abc1234](performance-history.md#tts-only-ramp)",
+        "cosyvoiced 6 (strict 6)", "piper-http 2 (strict 0)",
+        "vs piper-http 3.00 (>= 1.5) ok; strict ∞ (>= 3) ok; PSS/stream 0.24 (<= 0.5) ok; "
+        "underruns past the knee 0.00 (0, knee reached) ok"]
+    assert lg.report.row(script, "s", "x.md#s")[5].startswith("vs piper-http 3.00 (>= 3) ok")
+    assert all("|" not in c and "\n" not in c for c in cells)
+    cells = lg.report.row(mix, "mixed ramp", "x.md#mixed-load")
+    assert cells[3] == "the mix tts=2,call=1 6 (strict 6); cosyvoiced 6 (strict 6)"
+    assert "underruns past the knee (tts=2,call=1) 0.00 (0, knee reached) ok" in cells[5]
+    assert lg.report.cpu_family({"amx_bf16": True, "avx512_vnni": True}) == "amx"
+    assert lg.report.cpu_family({"avx512_vnni": True}) == "other"  # saved before flags were
+    assert lg.report.cpu_family(lg.report.machine()) in ("amx", "avx512_bf16", "other")
+
+
+def test_a_row_is_replaced_per_cpu_family_or_added_after_its_kind(lg, tmp_path):
+    page = tmp_path / "performance.md"
+    page.write_text("| a | b |\n|---|---|\n| <!-- loadgen-tts:avx512_bf16 --> old | x |\n"
+                    "| <!-- loadgen:avx512_bf16 --> mix | y |\n\nafter\n")
+    lg.report.update_row(page, "loadgen-tts", "avx512_bf16", ["new", "z"])
+    lg.report.update_row(page, "loadgen-tts", "amx", ["amx", "w"])
+    lg.report.update_row(page, "loadgen-tts", "amx", ["amx again", "v"])
+    assert page.read_text() == (
+        "| a | b |\n|---|---|\n| <!-- loadgen-tts:avx512_bf16 --> new | z |\n"
+        "| <!-- loadgen-tts:amx --> amx again | v |\n"
+        "| <!-- loadgen:avx512_bf16 --> mix | y |\n\nafter\n")
+    with pytest.raises(ValueError, match="loadgen-script"):
+        lg.report.update_row(page, "loadgen-script", "amx", ["x", "y"])
+
+
+def test_docs_runs_keep_the_current_page_short_and_its_links_whole(lg, repo_root, tmp_path):
+    """Every kind of ramp published on a CPU family with no row yet, then again on it: the
+    current page gains a row per kind and family, never a run's table, and stays within
+    its limit; every link of both pages still resolves."""
+    import shutil
+
+    from tools.loadgen import cli
+
+    from tests.unit.test_docs import PERFORMANCE_MAX_BYTES, broken_links
+
+    docs = tmp_path / "docs"
+    shutil.copytree(repo_root / "docs", docs)
+    before = (docs / cli.CURRENT).read_text()
+    for _ in range(2):
+        for doc in _docs(lg, amx=True):
+            cli.publish_docs(doc, docs)
+    current = (docs / cli.CURRENT).read_text()
+    assert len(current.encode()) <= PERFORMANCE_MAX_BYTES
+    assert len(current.splitlines()) == len(before.splitlines()) + 3
+    assert current.count("<!-- loadgen") == before.count("<!-- loadgen") + 3
+    assert "Test CPU (amx_bf16 avx512_bf16)" in current
+    history = (docs / cli.HISTORY).read_text()
+    assert history.count("Measured 2026-12-06 01:00 UTC") == 3
+    assert "![latency](loadgen/tts/latency.png)" in history
+    assert "![latency](loadgen/script/latency.png)" in history
+    assert broken_links([docs / cli.CURRENT, docs / cli.HISTORY], tmp_path) == []
 
 
 def test_a_run_goes_to_the_section_of_its_kind(lg):
