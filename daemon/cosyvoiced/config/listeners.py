@@ -60,9 +60,12 @@ class AudioSocketConfig:
     comfort_silence: bool = opt(True, live=True)
     """Send 20 ms frames of silence (in the caller's format) while there is nothing to
     say, so the call's RTP keeps flowing: Asterisk does not fill gaps itself."""
-    format_wait_ms: int = opt(200, min=0, max=5000, live=True)
-    """How long a new call waits for the caller's first audio frame, whose kind sets the
-    format we reply in (slin 8 kHz up to slin192); none by then: slin 8 kHz."""
+    first_frame_wait_ms: int = opt(1000, min=0, max=5000, live=True)
+    """How long a new call waits, sending nothing, for the caller's first audio frame,
+    whose kind sets the format the call is answered in (slin 8 kHz up to slin192;
+    Asterisk sends it ~0.3 s after the call's UUID). None by then: the call begins in
+    slin (comfort silence, the greeting), and switches to the format of that first frame
+    whenever it comes; only a change after it is a protocol error."""
 
 
 @dataclass(frozen=True, kw_only=True)

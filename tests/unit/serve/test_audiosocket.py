@@ -25,7 +25,7 @@ from tests.fakes.speech import FakeSpeech
 
 
 async def _server(speech=None, **cfg) -> AudioSocketServer:
-    cfg.setdefault("format_wait_ms", 0)  # slin unless a test waits for the caller's kind
+    cfg.setdefault("first_frame_wait_ms", 0)  # begins at once, in slin until a first frame
     config = AudioSocketConfig(enabled=True, listen="127.0.0.1:0", **cfg)
     server = AudioSocketServer(speech or FakeSpeech(), Streams(100), EventBus(), Metrics(),
                                config)

@@ -93,9 +93,9 @@ def test_a_change_of_audio_kind_mid_call_ends_the_call():
     assert pcall.hangup_at_s is not None
 
 
-def test_a_caller_silent_past_format_wait_gets_slin():
+def test_a_caller_silent_past_the_first_frame_wait_begins_in_slin():
     async def main():
-        server = await _server(greeting="hello there", format_wait_ms=100)
+        server = await _server(greeting="hello there", first_frame_wait_ms=100)
         peer = Peer("127.0.0.1", _port(server))
         await peer.connect()
         await asyncio.sleep(0.6)  # no audio from the caller
@@ -111,7 +111,7 @@ def test_a_caller_silent_past_format_wait_gets_slin():
 
 def test_comfort_silence_fills_the_gaps_and_can_be_turned_off():
     async def run(comfort: bool):
-        server = await _server(comfort_silence=comfort, format_wait_ms=0)
+        server = await _server(comfort_silence=comfort, first_frame_wait_ms=0)
         peer = Peer("127.0.0.1", _port(server))
         await peer.connect()
         await asyncio.sleep(0.05)
@@ -131,7 +131,7 @@ def test_comfort_silence_fills_the_gaps_and_can_be_turned_off():
 
 def test_lifecycle_events_over_the_http_api_and_the_events_websocket():
     async def main():
-        server = await _server(format_wait_ms=0)
+        server = await _server(first_frame_wait_ms=0)
         http_server = TestServer(make_app(FakeDaemon(audiosocket=server)))
         await http_server.start_server()
         got: list[dict] = []
@@ -185,7 +185,7 @@ def test_lifecycle_events_over_the_http_api_and_the_events_websocket():
 
 def test_barge_in_is_an_event_naming_the_say_it_cut():
     async def main():
-        server = await _server(greeting=" ".join(["word"] * 60), format_wait_ms=0)
+        server = await _server(greeting=" ".join(["word"] * 60), first_frame_wait_ms=0)
         sub = server.bus.subscribe(types=["barge_in", "playback_done"])
         peer = Peer("127.0.0.1", _port(server))
         await peer.connect()
@@ -212,7 +212,7 @@ def test_a_tick_allocates_no_array_whether_it_sends_speech_or_silence(kind):
     from tools.bench.npalloc import counting
 
     async def main():
-        server = await _server(format_wait_ms=0)
+        server = await _server(first_frame_wait_ms=0)
         peer = Peer("127.0.0.1", _port(server), kind=kind)
         await peer.connect()
         await peer.play(np.zeros(AUDIO_RATES_HZ[kind] // 50, dtype=np.int16))
@@ -230,7 +230,7 @@ def test_a_tick_allocates_no_array_whether_it_sends_speech_or_silence(kind):
         for i in range(20):  # the last one short: padded from preallocated zeros
             short = frame[: -7 if i == 19 else None]
             with counting() as c:
-                assert call._playout.write(short) == short.shape[0]
+                assert call.speaker.out.ring.write(short) == short.shape[0]
                 call.tick()
             speaking += c.calls
             await asyncio.sleep(0.005)

@@ -1,18 +1,23 @@
 """One AudioSocket call: caller audio to the listener, our speech out on the 20 ms clock.
 
 A call speaks in the format of the caller's first audio frame (slin at 8 kHz up to
-slin192; `frames.py`). Speech for the caller is synthesized at that rate (or at 22050 Hz
-and resampled here, for rates the synthesizer does not offer) into a small playout ring;
-the call clock (its own thread, `clock.py`) takes one 20 ms frame per call per tick and
-sends it on a duplicate of the call's socket, so nothing is sent in bursts and nothing is
-queued at Asterisk that barge-in could not recall. With nothing to say, the tick sends a
+slin192; `frames.py`). One that came within `first_frame_wait_ms` sets it before anything
+is sent; without one by then the call begins in slin, and its first audio frame, whenever
+it comes, switches the call to its format for good (`Speaker.adopt`). Only a change
+after that first frame ends the call.
+
+Speech for the caller (`speaker.py`) goes into a small playout ring; the call clock (its
+own thread, `clock.py`) takes one 20 ms frame per call per tick and sends it on a
+duplicate of the call's socket, so nothing is sent in bursts and nothing is queued at
+Asterisk that barge-in could not recall. With nothing to say, the tick sends a
 preallocated frame of silence (`comfort_silence`), so RTP keeps flowing. Barge-in cancels
 the synthesis and flushes the ring. The event loop writes to the socket only after the
 clock has let go of it (the hangup at the end), under the call's send lock.
 
 Caller audio goes to the listener at 8 kHz (slin) or 16 kHz (every other rate, resampled
-here with soxr). Each `say` has an id; its `playback_started` / `playback_done` events,
-`barge_in`, `call_started` and `call_ended` go on the event bus (SSE, WebSocket).
+here with soxr); a call that began in slin keeps its 8 kHz listener after a switch.
+`barge_in`, `call_started` and `call_ended` go on the event bus (SSE, WebSocket), with
+each say's playback events.
 """
 
 from __future__ import annotations
@@ -22,15 +27,13 @@ import contextlib
 import socket
 import threading
 import time
-import uuid
 from typing import Any
 
 import numpy as np
 import structlog
 
 from cosyvoiced.audio.codec import s16_to_f32
-from cosyvoiced.audio.resample import SUPPORTED_RATES_HZ, StreamResampler
-from cosyvoiced.audio.ring import Ring
+from cosyvoiced.audio.resample import StreamResampler
 from cosyvoiced.config.listeners import AudioSocketConfig
 from cosyvoiced.listen.events import (
     BargeIn,
@@ -38,16 +41,12 @@ from cosyvoiced.listen.events import (
     CallStarted,
     DtmfPressed,
     EventBus,
-    PlaybackDone,
-    PlaybackStarted,
     VoiceStarted,
     VoiceStopped,
 )
 from cosyvoiced.runtime.metrics import Metrics
 from cosyvoiced.serve.audiosocket.clock import clock_socket
 from cosyvoiced.serve.audiosocket.frames import (
-    AUDIO_RATES_HZ,
-    HEADER,
     Audio,
     CallId,
     Dtmf,
@@ -56,20 +55,13 @@ from cosyvoiced.serve.audiosocket.frames import (
     FrameParser,
     Hangup,
     Kind,
-    frame_samples,
     kind_name,
 )
 from cosyvoiced.serve.audiosocket.lead import CallerLead
-from cosyvoiced.serve.speech import Listening, Speech, Synthesis
-from cosyvoiced.tts.request import SynthesisOptions
+from cosyvoiced.serve.audiosocket.speaker import Speaker
+from cosyvoiced.serve.speech import Listening, Speech
 
 log = structlog.get_logger(__name__)
-
-TICK_S = 0.02
-"""The call clock's period: one frame per call per tick, whatever its rate."""
-FALLBACK_SYNTH_RATE_HZ = 22050
-"""Piper voices' own rate: what we synthesize at for a call rate the synthesizer does not
-offer (12, 32, 44.1, 96, 192 kHz), resampled here."""
 
 
 def listen_rate_for(kind: int) -> int:
@@ -81,22 +73,19 @@ class Call:
     def __init__(self, call_id: str, reader: asyncio.StreamReader,
                  writer: asyncio.StreamWriter, parser: FrameParser, speech: Speech,
                  listening: Listening, config: AudioSocketConfig, bus: EventBus,
-                 metrics: Metrics, kind: int = Kind.SLIN) -> None:
+                 metrics: Metrics, kind: int = Kind.SLIN, decided: bool = True) -> None:
+        """`kind`: the format the call begins in; `decided`: it is the kind of the
+        caller's first audio frame (False: the default, until that frame comes)."""
         self.id = call_id
-        self.kind = kind
-        self.format = kind_name(kind)
-        self.rate_hz = AUDIO_RATES_HZ[kind]
-        self.frame_samples = frame_samples(kind)
+        self.decided = decided
         self.reader = reader
         self.writer = writer
         self.parser = parser
-        self.speech = speech
         self.listening = listening
         self.config = config
         self.bus = bus
         self.metrics = metrics
         self.started_s = time.monotonic()
-        self.lead = CallerLead(call_id, self.rate_hz)
         self.end_reason = ""
         self.ended = asyncio.Event()
         self.finished = asyncio.Event()
@@ -105,33 +94,41 @@ class Call:
         self.comfort_frames = 0
         """Of `frames_sent`, frames of comfort silence."""
         self.barge_ins = 0
-        self._synth_rate = self.rate_hz if self.rate_hz in SUPPORTED_RATES_HZ \
-            else FALLBACK_SYNTH_RATE_HZ
-        self._listen_rs = (None if listening.rate_hz == self.rate_hz else
-                           StreamResampler(self.rate_hz, listening.rate_hz))
-        capacity = max(2 * self.frame_samples, config.playout_ms * self.rate_hz // 1000)
-        self._playout = Ring.create(capacity, dtype=np.int16, policy="refuse")
-        header = HEADER.pack(kind, 2 * self.frame_samples)
-        self._packet = bytearray(header + bytes(2 * self.frame_samples))
-        self._frame = np.frombuffer(self._packet, dtype="<i2", offset=len(header))
-        """The packet's payload: the ring copies speech straight into it."""
-        self._silence = bytes(self._packet)
-        """A frame of comfort silence, built once."""
-        self._zeros = np.zeros(self.frame_samples, dtype=np.int16)
-        """Padding for a short last frame (copied from: assigning a scalar allocates)."""
-        self._speaking: tuple[str, Synthesis, asyncio.Task[None]] | None = None
+        self._send_lock = threading.Lock()
+        self.speaker = Speaker(call_id, kind, speech, config, bus, self._send_lock)
+        self._take_format(kind)
         self._tasks: list[asyncio.Task[None]] = []
         self._loop = asyncio.get_running_loop()
-        self._send_lock = threading.Lock()
-        # the same time's worth for every format: slin192 sends 24x the bytes of slin
-        self._sock: socket.socket | None = clock_socket(
-            writer, config.max_send_buffer_bytes * max(1, self.rate_hz // 8000))
+        self._sock: socket.socket | None = clock_socket(writer, self._sndbuf_bytes())
         self._broken = False
         """A frame went out in part: nothing more (not even a hangup) can follow it."""
 
-    @property
-    def speaking(self) -> bool:
-        return self._speaking is not None or self._playout.available() > 0
+    def _take_format(self, kind: int) -> None:
+        """The call's side of its format (the speaker keeps the rest)."""
+        self.kind = kind
+        self.format = kind_name(kind)
+        self.rate_hz = self.speaker.rate_hz
+        self.frame_samples = self.speaker.out.frame_samples
+        self.lead = CallerLead(self.id, self.rate_hz)
+        self._listen_rs = (None if self.listening.rate_hz == self.rate_hz else
+                           StreamResampler(self.rate_hz, self.listening.rate_hz))
+
+    def _sndbuf_bytes(self) -> int:
+        # the same time's worth for every format: slin192 sends 24x the bytes of slin
+        return self.config.max_send_buffer_bytes * max(1, self.rate_hz // 8000)
+
+    def _adopt(self, kind: int) -> None:
+        """The caller's first audio frame came after the call began in the default
+        format: the call is in the caller's from now on, what is said and queued too."""
+        was = self.format
+        self.speaker.adopt(kind)
+        self._take_format(kind)
+        with self._send_lock:
+            if self._sock is not None:
+                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF,
+                                      max(1, self._sndbuf_bytes() // 2))
+        log.info("call_format_adopted", call_id=self.id, format=self.format, was=was,
+                 after_ms=int((time.monotonic() - self.started_s) * 1000))
 
     # --- the send clock (called on the clock thread every 20 ms) ----------------------
 
@@ -142,16 +139,13 @@ class Call:
             sock = self._sock
             if sock is None:
                 return
-            n = self._playout.read_into(self._frame)
-            if n == 0:
+            out = self.speaker.out
+            packet: bytes | bytearray | None = out.next_speech()
+            if packet is None:
                 if not self.config.comfort_silence:
                     return
-                packet: bytes | bytearray = self._silence
+                packet = out.silence
                 self.comfort_frames += 1
-            else:
-                if n < self.frame_samples:  # the last of a say, or an underrun
-                    self._frame[n:] = self._zeros[n:]
-                packet = self._packet
             try:
                 sent = sock.send(packet)
             except BlockingIOError:
@@ -177,83 +171,26 @@ class Call:
         with contextlib.suppress(RuntimeError):  # the loop is already closed: shutting down
             self._loop.call_soon_threadsafe(self.end, reason)
 
-    # --- speaking -----------------------------------------------------------------
+    # --- speaking (`speaker.py`) ---------------------------------------------------
+
+    @property
+    def speaking(self) -> bool:
+        return self.speaker.speaking
 
     @property
     def say_id(self) -> str:
         """The id of what is being said now ("" if nothing)."""
-        return self._speaking[0] if self._speaking is not None else ""
+        return self.speaker.say_id
 
     async def say(self, text: str) -> str:
         """Replace whatever is being said with `text` (typed errors raised here); returns
         the id its `playback_started` and `playback_done` events carry."""
-        options = SynthesisOptions(voice=self.config.voice or None, rate_hz=self._synth_rate,
-                                   format="s16le")
-        synthesis = await self.speech.synthesize(text, options, self.id)
-        self.stop_speaking("replaced")
-        say_id = uuid.uuid4().hex
-        task = asyncio.create_task(self._feed(say_id, synthesis))
-        self._speaking = (say_id, synthesis, task)
-        return say_id
-
-    async def _write(self, pcm: np.ndarray) -> None:
-        done = 0
-        while done < pcm.shape[0]:
-            done += self._playout.write(pcm[done:])
-            self._playout.set_playing(True)
-            if done < pcm.shape[0]:
-                await asyncio.sleep(TICK_S / 2)
-
-    async def _feed(self, say_id: str, synthesis: Synthesis) -> None:
-        """Write speech into the playout ring as it comes (resampled to the call's rate if
-        it was synthesized at another), then wait for the ring to drain. The ring counts
-        an underrun for each tick it comes up short between the first chunk and the last
-        (not while waiting for first audio, not after the end)."""
-        rs = (None if self._synth_rate == self.rate_hz else
-              StreamResampler(self._synth_rate, self.rate_hz, dtype=np.int16))
-        started = False
-        reason = "done"
-        began, chunks, dry = time.monotonic(), 0, self._playout.stats().underruns
-        logged = False
-        try:
-            async for chunk in synthesis:
-                pcm = np.frombuffer(chunk.data, dtype=np.int16)
-                if rs is not None:
-                    pcm = rs.process(pcm)
-                if not started and pcm.shape[0]:  # goes out on the next tick
-                    started = True
-                    self.bus.publish(PlaybackStarted(say_id, stream=self.id))
-                chunks += 1
-                if not logged and self._playout.stats().underruns > dry:
-                    logged = True  # once per say: when and before which chunk it ran dry
-                    log.info("call_underrun", call_id=self.id, say_id=say_id, chunk=chunks,
-                             after_s=round(time.monotonic() - began, 3))
-                await self._write(pcm)
-            if rs is not None:
-                await self._write(rs.flush())
-            self._playout.set_playing(False)
-            while self._playout.available() > 0:  # the last frames are still to go out
-                await asyncio.sleep(TICK_S / 2)
-        except Exception as exc:  # a failed synthesis ends the speech, not the call
-            reason = "error"
-            log.error("call_speech_failed", call_id=self.id, error=str(exc),
-                      code=getattr(exc, "code", "internal"))
-        finally:
-            if self._speaking is not None and self._speaking[2] is asyncio.current_task():
-                self._speaking = None
-                self.bus.publish(PlaybackDone(say_id, reason, stream=self.id))
+        return await self.speaker.say(text)
 
     def stop_speaking(self, reason: str = "stopped") -> None:
         """Cancel synthesis and drop buffered speech: the next tick sends silence (or
         nothing). What was being said ends with `playback_done` (`reason`)."""
-        if self._speaking is not None:
-            say_id, synthesis, task = self._speaking
-            self._speaking = None
-            synthesis.cancel()
-            task.cancel()
-            self.bus.publish(PlaybackDone(say_id, reason, stream=self.id))
-        self._playout.request_flush()
-        self._playout.set_playing(False)
+        self.speaker.stop(reason)
 
     # --- receiving ----------------------------------------------------------------
 
@@ -307,7 +244,11 @@ class Call:
 
     def _handle(self, frame: Any) -> bool:
         if isinstance(frame, Audio):
-            if frame.kind != self.kind:  # Asterisk keeps a channel's format for its life
+            if not self.decided:  # the first audio frame sets the format, whenever it comes
+                self.decided = True
+                if frame.kind != self.kind:
+                    self._adopt(frame.kind)
+            elif frame.kind != self.kind:  # Asterisk keeps a channel's format for its life
                 log.warning("call_format_changed", call_id=self.id, format=self.format,
                             got=kind_name(frame.kind))
                 self.end("protocol_error:audio_kind_changed")
@@ -376,9 +317,8 @@ class Call:
             with contextlib.suppress(ConnectionError, RuntimeError):
                 self.writer.write(Hangup().encode())
         self.writer.close()
-        underruns = self._playout.stats().underruns
-        self._playout.close()
-        self._playout.unlink()
+        underruns = self.speaker.underruns()
+        self.speaker.close()
         self.metrics.underruns.labels("call").inc(underruns)
         dropped = self.listening.dropped + self.lead.dropped
         self.metrics.dropped_frames.labels("call").inc(dropped)

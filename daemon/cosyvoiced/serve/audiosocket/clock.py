@@ -21,6 +21,9 @@ from cosyvoiced.runtime.rtprio import ask_fifo
 
 log = structlog.get_logger(__name__)
 
+TICK_S = 0.02
+"""The call clock's period: one frame per call per tick, whatever its rate."""
+
 
 class Ticking(Protocol):
     def tick(self) -> None:

@@ -16,8 +16,8 @@ from cosyvoiced.config.listeners import AudioSocketConfig
 from cosyvoiced.errors import CosyvoicedError
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.metrics import Metrics
-from cosyvoiced.serve.audiosocket.call import TICK_S, Call, listen_rate_for
-from cosyvoiced.serve.audiosocket.clock import CallClock
+from cosyvoiced.serve.audiosocket.call import Call, listen_rate_for
+from cosyvoiced.serve.audiosocket.clock import TICK_S, CallClock
 from cosyvoiced.serve.audiosocket.frames import (
     AUDIO_KINDS,
     MAX_FRAME_BYTES,
@@ -38,8 +38,11 @@ log = structlog.get_logger(__name__)
 ACCEPTED_KINDS = frozenset({Kind.HANGUP, Kind.UUID, Kind.DTMF, Kind.ERROR, *AUDIO_KINDS})
 MAX_PENDING = 64
 """Connections that have not sent their call id and first audio yet (each waits at most
-`first_frame_timeout_s` + `format_wait_ms`); more are closed at once, so a flood of idle
-connections cannot pile up. Asterisk sends the id first thing, audio right after."""
+`first_frame_timeout_s` + `first_frame_wait_ms`); more are closed at once, so a flood of
+idle connections cannot pile up. Asterisk sends the id first thing, audio ~0.3 s after."""
+DEFAULT_KIND = Kind.SLIN
+"""The format a call begins in when its caller sends no audio within `first_frame_wait_ms`
+(what the `AudioSocket()` application uses)."""
 CALL_BACKLOG_S = 2.0
 """Caller audio a call may hold beyond its capture ring: Asterisk sends 20 ms every 20 ms,
 so more is a peer sending faster than real time (dropped, counted, logged)."""
@@ -112,8 +115,7 @@ class AudioSocketServer:
         self._pending += 1
         try:
             call_id, early = await self._first_frame(reader, parser, peer)
-            kind = Kind.SLIN if call_id is None else await self._caller_kind(reader, parser,
-                                                                             early)
+            first = None if call_id is None else await self._caller_kind(reader, parser, early)
         finally:
             self._pending -= 1
         if call_id is None:
@@ -121,6 +123,7 @@ class AudioSocketServer:
                 writer.write(Hangup().encode())
             writer.close()
             return
+        kind = DEFAULT_KIND if first is None else first
         try:
             self.streams.open("call", call_id)
             try:
@@ -138,7 +141,7 @@ class AudioSocketServer:
         try:
             try:
                 call = Call(call_id, reader, writer, parser, self.speech, listening,
-                            self.config, self.bus, self.metrics, kind)
+                            self.config, self.bus, self.metrics, kind, first is not None)
             except Exception as exc:  # e.g. EMFILE creating its ring: release, hang up
                 log.warning("call_setup_failed", call_id=call_id, error=type(exc).__name__)
                 try:
@@ -186,31 +189,34 @@ class AudioSocketServer:
         return str(frames[0].id), frames[1:]
 
     async def _caller_kind(self, reader: asyncio.StreamReader, parser: FrameParser,
-                           early: list[Frame]) -> int:
+                           early: list[Frame]) -> int | None:
         """The kind of the caller's first audio frame, which sets the call's format: read
-        (into `early`) for up to `format_wait_ms`; none by then, or the call ending
-        first: slin (8 kHz), the `AudioSocket()` application's format."""
+        (into `early`) for up to `first_frame_wait_ms`, nothing sent meanwhile. None: no
+        audio by then (the call begins in `DEFAULT_KIND` until it comes), or the call
+        ending first (a hangup, an error, a broken frame: the call's reader ends it)."""
 
-        def found(frames: list[Frame]) -> int | None:
+        def found(frames: list[Frame]) -> tuple[bool, int | None]:
             for f in frames:
                 if isinstance(f, Audio):
-                    return f.kind
+                    return True, f.kind
                 if isinstance(f, Hangup | Error):
-                    return Kind.SLIN
-            return Kind.SLIN if parser.error is not None else None
+                    return True, None
+            return parser.error is not None, None
 
-        if (kind := found(early)) is not None:
+        done, kind = found(early)
+        if done:
             return kind
         try:
-            async with asyncio.timeout(self.config.format_wait_ms / 1000):
+            async with asyncio.timeout(self.config.first_frame_wait_ms / 1000):
                 while True:
                     data = await reader.read(65536)
                     if not data:
-                        return Kind.SLIN  # the call's reader sees the end too
+                        return None  # the call's reader sees the end too
                     frames = parser.feed(data)
                     early.extend(frames)
-                    if (kind := found(frames)) is not None:
+                    done, kind = found(frames)
+                    if done:
                         return kind
         except (TimeoutError, ConnectionError):
             pass
-        return Kind.SLIN
+        return None
