@@ -28,6 +28,29 @@ def _per_call(fn, reps: int) -> float:
     return best
 
 
+def _librosa_rel_error(librosa) -> float:  # noqa: ANN001
+    """Largest relative difference, over a real prompt, of our streamed mel power to
+    `librosa.feature.melspectrogram` itself (the unit tests compare with librosa's
+    filterbank and its STFT written out: importing `librosa.feature` compiles numba
+    functions for ~30 s on a fresh virtualenv)."""
+    from cosyvoiced.listen.features.spec import generic_spec
+    from cosyvoiced.listen.features.stream import MelFrames, MelStream
+    from cosyvoiced.testing.prompts import prompt_samples
+
+    y = prompt_samples("agent-pass", 16000)
+    spec = generic_spec(n_fft=400, hop=160, n_mels=80, log="power")
+    ms = MelStream(spec)
+    ring = MelFrames(y.shape[0] // spec.hop + 8, spec.n_features)
+    ms.push(y, ring)
+    ms.flush(ring)
+    ours = ring.buf[:ring.count].T
+    ref = librosa.feature.melspectrogram(y=y.astype(np.float64), sr=16000, n_fft=400,
+                                         hop_length=160, n_mels=80)
+    if ours.shape != ref.shape:
+        return float("inf")
+    return float(np.max(np.abs(ours - ref) / ref))
+
+
 def run(quick: bool) -> Report:
     import librosa
 
@@ -93,6 +116,10 @@ def run(quick: bool) -> Report:
             rep.target("numpy_allocations_per_s_steady", per_s, "== 0", c.calls == 0)
             rep.figures["whisper_hop_us"] = ours_hop * 1e6
             rep.figures["cpu_share_per_16k_stream_pct"] = ours_hop * 100 * 100
+
+    rel = _librosa_rel_error(librosa)
+    rep.figures["mel_power_max_rel_error_vs_librosa"] = rel
+    rep.target("mel_power_vs_librosa_max_rel_error", rel, "<= 1e-4", rel <= 1e-4)
 
     for rate in (16000, 8000):
         w = window_samples(rate)
