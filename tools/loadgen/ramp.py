@@ -258,6 +258,8 @@ class ServerRamp:
         _, pending = await asyncio.wait(tasks, timeout=3) if tasks else (set(), set())
         for t in pending:
             t.cancel()
+        if pending:  # their clean-up (a call's hangup) runs before the ramp's session ends
+            await asyncio.wait(pending)
         if self._ctl is not None:
             self._ctl.cancel()
             with contextlib.suppress(asyncio.CancelledError, ClientError):

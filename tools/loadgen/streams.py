@@ -361,8 +361,7 @@ class CallStream(Stream):
                 await asyncio.sleep(RETRY_S)
             finally:
                 self.controller.calls.pop(call_id, None)
-                with contextlib.suppress(OSError, asyncio.CancelledError):
-                    await peer.hangup()
+                await _hang_up(peer)
 
     async def _turn(self, peer: Any, stop: asyncio.Event) -> None:
         """One exchange: the caller speaks a prompt, then listens to the reply."""
@@ -392,6 +391,18 @@ class CallStream(Stream):
         heard = listen(said, frames, jitter_s=CALL_JITTER_S) if frames else None
         self.out.append(Reply(self.kind, self.index, said, time.monotonic(), heard,
                               error="" if frames else "no reply audio"))
+
+
+async def _hang_up(peer: Any) -> None:
+    """Hang up and close the call's socket, also when the ramp's end cancels the hangup
+    while it waits for the daemon to close (the socket would be left open)."""
+    try:
+        await peer.hangup()
+    except OSError:
+        pass
+    except asyncio.CancelledError:
+        await peer.close()
+        raise
 
 
 KINDS: dict[str, type[Stream]] = {"tts": HttpTts, "piper": PiperHttp, "wyoming": WyomingTts,
