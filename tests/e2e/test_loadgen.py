@@ -21,7 +21,9 @@ def test_quick_ramp_writes_json_markdown_and_plots(daemon_factory, repo_root, tm
     from tools.loadgen import cli as loadgen
 
     out = tmp_path / "ramp"
-    rc = loadgen.main(["--url", url, "--quick", "--interval-s", "6", "--max-steps", "2",
+    # 4 s steps: each step's replies are those downloaded in it (a reply of 3-6 s is made
+    # in about a second), a call's prompt is transcribed within the two steps
+    rc = loadgen.main(["--url", url, "--quick", "--interval-s", "4", "--max-steps", "2",
                        "--mix", "call=1,tts=1,wyoming=1", "--peers", "piper-http",
                        "--peer-timeout-s", "10", "--out", str(out)])
     assert rc == 0
