@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Soak: the real daemon under honest load and a hostile mix, window after window.
 
-    python -m tools.soak [--minutes 30] [--quick] [--json] [--keep DIR]
+    python -m tools.soak [--minutes 30] [--quick [--window-s 30]] [--json] [--keep DIR]
 
 It starts the daemon (2 workers on CPUs 0-1, AudioSocket, HTTP and Wyoming on free
 loopback ports, the limits of configs/callcenter.toml scaled to a 2-core box) and, for
@@ -42,11 +42,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=None,
                    help="length of the run (default 30; 2 with --quick)")
     p.add_argument("--quick", action="store_true", help="30 s windows, fewer clients")
+    p.add_argument("--window-s", type=float, default=None,
+                   help="with --quick: windows of this length (default 30; the load two "
+                        "thirds of it)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--keep", type=Path, metavar="DIR", help="keep the daemon's log in DIR")
     args = p.parse_args(argv)
     minutes = args.minutes if args.minutes is not None else (2.0 if args.quick else 30.0)
+    if args.window_s is not None and not args.quick:
+        p.error("--window-s needs --quick")
     report = run(minutes, args.quick,
-                 log=lambda line: print(line, file=sys.stderr, flush=True), keep=args.keep)
+                 log=lambda line: print(line, file=sys.stderr, flush=True), keep=args.keep,
+                 window_s=args.window_s)
     print(render_json(report) if args.json else report.render())
     return 0 if all(t.ok for t in report.targets) else 1

@@ -63,8 +63,8 @@ def corpus() -> list[np.ndarray]:
 
 
 def run(minutes: float, quick: bool, log=print,  # noqa: ANN001
-        keep: Path | None = None) -> Report:
-    p = plan(minutes, quick)
+        keep: Path | None = None, window_s: float | None = None) -> Report:
+    p = plan(minutes, quick, window_s)
     rng = random.Random(11)
     voices = corpus()
     report = Report("soak", COLUMNS)
