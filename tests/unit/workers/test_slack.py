@@ -209,6 +209,25 @@ def test_long_clause_streams_and_short_clause_streams_share_a_worker(rtf):
         assert under == [0, 0], (seed, under)
 
 
+@pytest.mark.parametrize("rtf", [0.15, 0.17])
+def test_least_slack_keeps_a_short_clause_stream_fed_where_fifo_starves_it(rtf):
+    """One stream of short clauses (0.87 s: "Yes, sure. Okay. ...") and two of long ones
+    (3.7 s: a 75-character sentence), all at t=0, every step a whole clause. FIFO serves
+    clauses round robin: the short stream gets 0.87 s of audio per round while a round
+    costs RTF x (0.87 + 2 x 3.7) s, over 1.2 s here: it starves. Least slack keeps all
+    three fed at that load (0.45-0.51 of the worker). The same mix on the real pool is the
+    `sched` bench (`python -m tools.bench sched`). At RTF 0.19 (0.57) the three first
+    clauses at once leave the short stream a gap of 20-160 ms at ~1.9 s in 4 seeds of 12
+    (the long streams' first audio is due too)."""
+    short = [(0.87, rtf)] * 27
+    long = [(3.7, rtf)] * 5
+    for seed in range(4):
+        edf, _ = simulate([short, long, long], [0.0] * 3, seed=seed)
+        fifo, _ = simulate([short, long, long], [0.0] * 3, policy="fifo", seed=seed)
+        assert edf == [0, 0, 0], (seed, edf)
+        assert fifo[0] > 0 and fifo[1:] == [0, 0], (seed, fifo)
+
+
 def test_clause_cost_hints_matter_for_a_long_second_clause():
     """Clause 2 takes longer to synthesize than clause 1 lasts: only the hint (the clause
     plan's lengths) says so before clause 2 starts, so only with it is the first audio
