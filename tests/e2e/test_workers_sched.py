@@ -1,25 +1,19 @@
-"""Deadline scheduling and admission on the real pool, at loads chosen from measured RTF."""
+"""Admission and late-step counting on the real pool, at loads chosen from measured RTF.
+
+Least-slack scheduling against FIFO is a figure of the machine (how busy it is decides
+the margin): the `sched` bench measures it on the real pool (`python -m tools.bench
+sched`), and tests/unit/workers/test_slack.py holds the claim on a simulated clock."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
-from collections.abc import Iterator
-from dataclasses import replace
 
-import numpy as np
 import pytest
 
-from cosyvoiced.config.schema import TtsConfig
 from cosyvoiced.testing.pace import PacedReader
 from cosyvoiced.workers.errors import Overloaded
-from tests.fixtures.workers import TEST_WORKERS, PoolRunner
 
-SHORT = "Yes, sure. Okay. Fine, thanks. All right. Got it. Sure thing. No problem. Right away."
-"""Sentences of 5-13 chars: each is its own clause of about half a second of speech."""
-LONG_SENTENCE = ("The technician will visit your home tomorrow morning to replace the router.")
-"""75 chars, no comma: one clause (under workers.clause_max_chars) of ~3.5 s of speech."""
 LONG = ("The technician will visit your home between nine and eleven tomorrow morning "
         "to check the line and replace the old router that keeps dropping your connection.")
 
@@ -28,140 +22,17 @@ TOO_SLOW = "the machine is too busy right now for a real-time test"
 """These tests run real-time streams on two workers and must be judged at a load the
 workers can carry. On this shared box other jobs (several at raised priority) sometimes
 leave each worker a third of a core: the RTF measured with both workers busy then
-triples and the smallest mix that starves FIFO needs more than ~0.7 of each worker.
-The test then reports XFAIL (the figures are printed) instead of judging EDF at a load
+triples and the load a test derives from it would need more than ~0.7 of each worker.
+The test then reports XFAIL (the figures are printed) instead of judging at a load
 nobody can carry; whenever the measured load allows, it must pass."""
-
-
-@pytest.fixture(scope="module")
-def clause_runner(onnx_cache) -> Iterator[PoolRunner]:
-    """A pool whose every step is a whole clause (vocoder chunks longer than any clause
-    here), as the EDF test's model of FIFO has it. At the default 1 s chunks FIFO's
-    round robin hands the short stream a step per round too, and on a fast CPU (RTF
-    ~0.1) no load a worker can carry starves it: the steps' size, not the policy,
-    would be under test. No warm spare: its model load would overlap the first measure."""
-    runner = PoolRunner(replace(TEST_WORKERS, spare=False), onnx_cache,
-                        tts=TtsConfig(cache_mb=0, vocoder="fp32", flow="fp32", first_chunk_s=6.0,
-                                      chunk_s=6.0))
-    yield runner
-    runner.close()
-
-
-def measure(runner, text: str) -> tuple[float, float]:
-    """(RTF, seconds of audio) of `text`, both workers synthesizing at once.
-
-    Measured with every worker busy, as in the runs that follow: on a shared machine a
-    lone worker gets more of the CPU than each of two busy ones.
-    """
-    hs = [runner.call(runner.pool.open_tts_stream()) for _ in runner.pool.slots]
-    try:
-        rids = [runner.call(h.say(text)) for h in hs]
-        waits = [asyncio.run_coroutine_threadsafe(h.wait(r), runner.loop)
-                 for h, r in zip(hs, rids, strict=True)]
-        sink = np.zeros(1 << 16, np.float32)
-        deadline = time.monotonic() + 120
-        while not all(w.done() for w in waits):  # drained unpaced: rings hold ~5 s
-            assert time.monotonic() < deadline
-            for h in hs:
-                h.ring.read_into(sink)
-            time.sleep(0.01)
-        dones = [w.result() for w in waits]
-        return max(d.rtf for d in dones), dones[0].samples / hs[0].rate_hz
-    finally:
-        for h in hs:
-            runner.call(h.close())
-
-
-def run_mix(runner, texts: list[str], policy: str, lookahead_s: float) -> dict[str, int]:
-    """Speak each text on its own stream, all at once, heard at real-time pace."""
-    pool = runner.pool
-    pool.set_policy(policy, lookahead_s)
-    time.sleep(0.2)
-    reader = PacedReader()
-    reader.start()
-    handles = [runner.call(pool.open_tts_stream()) for _ in texts]
-    listeners = [reader.add(h.stream_id, h.ring, h.rate_hz) for h in handles]
-    rids = [runner.call(h.say(t)) for h, t in zip(handles, texts, strict=True)]
-    dones = [runner.call(h.wait(r), 300) for h, r in zip(handles, rids, strict=True)]
-    deadline = time.monotonic() + 120
-    while any(ls.received < d.samples for ls, d in zip(listeners, dones, strict=True)):
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    reader.stop()
-    underruns = {f"{i}:{t[:12]}": h.ring.stats().underruns
-                 for i, (h, t) in enumerate(zip(handles, texts, strict=True))}
-    for h in handles:
-        runner.call(h.close())
-    pool.set_policy("edf", pool.setup.lookahead_s)
-    return underruns
-
-
-def test_edf_keeps_every_stream_fed_where_fifo_starves_short_clauses(clause_runner):
-    """Per worker: one stream of short clauses and L streams of long ones, all at once.
-
-    FIFO serves clauses round robin, so the short stream gets short_s of audio per round
-    while a round costs rtf x (short_s + L x long_s): it starves once that exceeds short_s
-    (L is chosen with a margin). Least-slack EDF keeps all of them fed at that load.
-    The RTF is measured first with both workers busy (as in the runs), on this machine.
-
-    This box is shared: other jobs can take half its CPU for seconds at a time, more than
-    any buffer covers. So a round whose EDF run underran is measured and run once more
-    (both policies again); EDF must come out clean in one of the two, FIFO must starve in
-    it. A broken EDF fails both; a bad moment of the machine fails at most one.
-    """
-    attempts: list[tuple[dict[str, int], dict[str, int]]] = []
-    for extra_long in range(2):
-        result = _edf_vs_fifo(clause_runner, extra_long)
-        if result is None:
-            if not attempts:  # see TOO_SLOW
-                pytest.xfail(TOO_SLOW)
-            break  # a failed first round is judged as it is
-        attempts.append(result)
-        if sum(result[0].values()) == 0 and sum(result[1].values()) > 0:
-            break
-        # EDF underran (a bad moment of the box), or FIFO did not (the RTF measured
-        # beforehand overstated the runs' cost, so the mix was too light to tell them
-        # apart): once more, one long stream per worker heavier.
-    print("attempts (edf, fifo):", attempts)
-    edf, fifo = attempts[-1]
-    assert sum(edf.values()) == 0, attempts
-    assert sum(fifo.values()) > 0, attempts
-
-
-def _edf_vs_fifo(pool_runner, extra_long: int = 0
-                 ) -> tuple[dict[str, int], dict[str, int]] | None:
-    """One measured round (None: the machine is too slow for a fair one right now)."""
-    rtf, long_s = measure(pool_runner, " ".join([LONG_SENTENCE] * 2))
-    long_s /= 2  # one sentence: one clause
-    _, short_total_s = measure(pool_runner, SHORT)
-    short_s = short_total_s / SHORT.count(".")
-    s_per = 1
-    # 60% margin: the RTF measured over a whole text includes its first clause, which is
-    # short and costs more per second of speech than the long clauses (measured: a round
-    # at 1.3x on that RTF left FIFO with no underruns on a quiet machine).
-    l_per = max(1, math.ceil((1.6 * short_s - s_per * rtf * short_s) / (rtf * long_s)))
-    l_per += extra_long
-    demand = (l_per + s_per) * rtf
-    print(f"rtf={rtf:.3f} long clause={long_s:.2f}s short clause={short_s:.2f}s L={l_per} "
-          f"S={s_per} demand/worker={demand:.2f}")
-    if demand >= 0.7:
-        return None
-    # Streams are opened idle and spread by count, alternating between the two workers:
-    # in this order each worker gets s_per short and l_per long ones.
-    texts = [" ".join([SHORT] * 3)] * (2 * s_per) + [" ".join([LONG_SENTENCE] * 5)] * (2 * l_per)
-    lookahead_s = pool_runner.pool.setup.lookahead_s
-    edf = run_mix(pool_runner, texts, "edf", lookahead_s)
-    fifo = run_mix(pool_runner, texts, "fifo", lookahead_s)
-    print("edf", edf, "fifo", fifo)
-    return edf, fifo
 
 
 def test_requests_beyond_capacity_are_refused_and_admitted_streams_keep_up(pool_runner):
     """The cap is set to 2.5 x the workers' measured RTF (room for two speaking streams
     each, about 0.4 of a worker on a quiet machine), so the test means the same on a
     slow, shared machine: refusals come from the model of the load, not from luck.
-    As in the EDF test, a round whose admitted streams underran is run once more (other
-    jobs on this box can take half its CPU for seconds); one must come out clean."""
+    A round whose admitted streams underran is run once more (other jobs on this box can
+    take half its CPU for seconds); one must come out clean."""
     pool = pool_runner.pool
     busy_max = pool.admission.busy_max
     results: list[list[int]] = []

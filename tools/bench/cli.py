@@ -15,8 +15,8 @@ import sys
 
 from tools.bench.report import Report
 
-SUITES = ("tts", "download", "prompts", "io", "streams", "features", "asr", "listen", "calls",
-          "encode", "scaleout", "language",
+SUITES = ("tts", "download", "prompts", "io", "streams", "sched", "features", "asr", "listen",
+          "calls", "encode", "scaleout", "language",
           "memory")
 
 
