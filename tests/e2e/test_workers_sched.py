@@ -14,8 +14,11 @@ import pytest
 from cosyvoiced.testing.pace import PacedReader
 from cosyvoiced.workers.errors import Overloaded
 
-LONG = ("The technician will visit your home between nine and eleven tomorrow morning "
-        "to check the line and replace the old router that keeps dropping your connection.")
+TWO_SENTENCES = ("The technician will visit your home tomorrow morning. He will check the "
+                 "line and replace the old router.")
+"""About 5 s of speech: the second sentence's front is made while the other streams speak."""
+SENTENCE = "The technician will visit your home tomorrow morning to replace the router."
+"""One clause of about 3.5 s of speech."""
 
 
 TOO_SLOW = "the machine is too busy right now for a real-time test"
@@ -67,7 +70,7 @@ def _admit_until_refused(runner) -> list[int] | None:
     reader = PacedReader()
     reader.start()
     admitted, refused = [], []
-    text = " ".join([LONG] * 2)
+    text = TWO_SENTENCES
     try:
         for _ in range(60):
             try:
@@ -116,7 +119,8 @@ def _heard_to_the_end(runner, admitted: list, timeout_s: float) -> None:
 def test_the_workers_count_the_steps_their_listeners_waited_for(pool_runner):
     """Streams enough for about 1.5 x both workers (admission wide open), all heard at
     real-time pace: listeners run dry, and the workers say so (`late_steps`, per worker
-    and in all), no more often than the listeners heard gaps."""
+    and in all), no more often than the listeners heard gaps. On a slow box admission's
+    wide cap (4 x a worker) may refuse the last ones: the load is past 1.5 x by then."""
     pool = pool_runner.pool
     before = pool.status()["late_steps"]
     rtf = max([w.rtf for w in pool.loads()] + [0.05])
@@ -126,15 +130,23 @@ def test_the_workers_count_the_steps_their_listeners_waited_for(pool_runner):
     admitted = []
     try:
         for _ in range(n):
-            h = pool_runner.call(pool.open_tts_stream())
-            rid = pool_runner.call(h.say(LONG))
+            try:
+                h = pool_runner.call(pool.open_tts_stream())
+            except Overloaded:
+                break
+            try:
+                rid = pool_runner.call(h.say(SENTENCE))
+            except Overloaded:
+                pool_runner.call(h.close())
+                break
             admitted.append((h, rid, reader.add(h.stream_id, h.ring, h.rate_hz)))
         _heard_to_the_end(pool_runner, admitted, 120)
         time.sleep(1.5)  # the workers publish their counters every second
         status = pool.status()
         late = status["late_steps"] - before
         underruns = sum(h.ring.stats().underruns for h, _, _ in admitted)
-        print(f"rtf {rtf:.3f}, {n} streams: late steps {late}, underruns {underruns}")
+        print(f"rtf {rtf:.3f}, {len(admitted)} of {n} streams: late steps {late}, "
+              f"underruns {underruns}")
         assert 0 < late <= underruns
         assert sum(w["late_steps"] for w in status["workers"]) >= late
     finally:
