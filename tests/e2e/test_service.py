@@ -1,4 +1,10 @@
-"""End to end: the real daemon process and systemd's notify protocol."""
+"""End to end: the real daemon process and systemd's notify protocol.
+
+Tests share a daemon where its config suits them and no test before them changed what
+they look at: those on dev.toml (`shared`), those under a 0.4 s watchdog
+(`shared_watchdog`), and the token and unread-notify tests (`guarded`). The last test of
+each stops it (SIGTERM, exit 0). A test whose start fails, or that cuts its drain, starts
+a daemon of its own."""
 
 from __future__ import annotations
 
@@ -8,10 +14,60 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from cosyvoiced.runtime.notify import monotonic_usec
+from cosyvoiced.service import STATUS_EVERY_S
+from tests.fixtures.daemon import DaemonProcess, SharedDaemon, active_streams, wait_idle
+
+WATCHDOG = {"watchdog_usec": 400_000, "overrides": ("service.health_stall_s=0.5",)}
+"""systemd's watchdog at 0.4 s (a ping every 0.2 s), the event loop stalled past 0.5 s."""
+DRAIN = ("service.drain_timeout_s=30",)
+"""The shared daemon's drain: its last test stops it with a stream active."""
+
+
+@pytest.fixture(scope="module")
+def live_config(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> Path:
+    """The shared daemon's config: dev.toml, in a file a test may rewrite and reload."""
+    cfg = tmp_path_factory.mktemp("live-config") / "live.toml"
+    cfg.write_text((repo_root / "configs" / "dev.toml").read_text())
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory, live_config: Path) -> Iterator[SharedDaemon]:
+    """The daemon of the tests that need no config of their own (the drain's aside)."""
+    s = SharedDaemon(tmp_path_factory, "shared", config=live_config, overrides=DRAIN)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def shared_watchdog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDaemon]:
+    """A daemon under systemd's watchdog, for the stall test and then the lifecycle test,
+    which stops it."""
+    s = SharedDaemon(tmp_path_factory, "watchdog", **WATCHDOG)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDaemon]:
+    """A token on TCP and systemd's watchdog at 20 ms (a ping every 10 ms), parts neither
+    test of it touches in the other: the token test, then the unread-notify test, which
+    stops it."""
+    s = SharedDaemon(tmp_path_factory, "guarded", watchdog_usec=20_000,
+                     overrides=('api.token="s3cret"',))
+    yield s
+    s.close()
+
+
+def _tcp(d: DaemonProcess) -> str:
+    return [x for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]
+            if x.startswith("tcp://")][0].replace("tcp://", "http://")
 
 
 def _post_unix(sock: str, path: str, body: dict) -> int:
@@ -22,12 +78,34 @@ def _post_unix(sock: str, path: str, body: dict) -> int:
     return int(out.stdout or 0)
 
 
-def test_lifecycle_ready_watchdog_reload_stop(daemon_factory):
-    d = daemon_factory(watchdog_usec=400_000).start()
-    ready_at = d.wait_ready()
+def test_frozen_event_loop_stops_watchdog_pings(shared_watchdog):
+    d = shared_watchdog.get()
+    tcp = _tcp(d)
+    req = urllib.request.Request(f"{tcp}/v1/debug/stall", data=b'{"seconds": 3}',
+                                 headers={"Content-Type": "application/json"})
+    try:  # a local user over TCP may not stall the loop: the control socket only
+        urllib.request.urlopen(req, timeout=10)
+        raise AssertionError("debug endpoint answered over TCP")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 404
+    time.sleep(0.6)
+    assert _post_unix(str(d.socket), "/v1/debug/stall", {"seconds": 3}) == 202
+    t0 = time.monotonic()
+    time.sleep(3.0)
+    # after the stall limit (0.5 s) plus one ping interval, no ping may arrive
+    assert d.notify.times("WATCHDOG", t0 + 0.8, t0 + 2.9) == []
+    # once the loop runs again, pings resume
+    d.notify.wait_for("WATCHDOG", "1", after=t0 + 3.0, timeout_s=5)
+    assert any(e.get("event") == "watchdog_withheld" and "event_loop" in e.get("stalled", [])
+               for e in d.log_events())
+
+
+def test_lifecycle_ready_watchdog_reload_stop(shared_watchdog):
+    d = shared_watchdog.get()  # stopped here: the watchdog daemon's last test
     # periodic WATCHDOG=1 every half interval (0.2 s)
+    t0 = time.monotonic()
     time.sleep(1.5)
-    pings = d.notify.times("WATCHDOG", ready_at, time.monotonic())
+    pings = d.notify.times("WATCHDOG", t0, time.monotonic())
     assert len(pings) >= 4, pings
     gaps = [b - a for a, b in zip(pings, pings[1:], strict=False)]
     assert max(gaps) < 0.6, gaps
@@ -55,68 +133,80 @@ def test_lifecycle_ready_watchdog_reload_stop(daemon_factory):
     assert d.wait(30) == 0
 
 
-def test_frozen_event_loop_stops_watchdog_pings(daemon_factory):
-    d = daemon_factory(watchdog_usec=400_000, overrides=("service.health_stall_s=0.5",)).start()
-    d.wait_ready()
-    tcp = [x for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]
-           if x.startswith("tcp://")][0].replace("tcp://", "http://")
-    req = urllib.request.Request(f"{tcp}/v1/debug/stall", data=b'{"seconds": 3}',
-                                 headers={"Content-Type": "application/json"})
-    try:  # a local user over TCP may not stall the loop: the control socket only
-        urllib.request.urlopen(req, timeout=10)
-        raise AssertionError("debug endpoint answered over TCP")
-    except urllib.error.HTTPError as exc:
-        assert exc.code == 404
-    time.sleep(0.6)
-    assert _post_unix(str(d.socket), "/v1/debug/stall", {"seconds": 3}) == 202
-    t0 = time.monotonic()
-    time.sleep(3.0)
-    # after the stall limit (0.5 s) plus one ping interval, no ping may arrive
-    assert d.notify.times("WATCHDOG", t0 + 0.8, t0 + 2.9) == []
-    # once the loop runs again, pings resume
-    d.notify.wait_for("WATCHDOG", "1", after=t0 + 3.0, timeout_s=5)
-    assert any(e.get("event") == "watchdog_withheld" and "event_loop" in e.get("stalled", [])
-               for e in d.log_events())
-    d.signal(signal.SIGTERM)
-    assert d.wait() == 0
+def test_metrics_scrape_parses_and_counts_streams(shared):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    d = shared.get()
+    tcp = _tcp(d)
+
+    def scrape() -> dict[str, float]:
+        with urllib.request.urlopen(f"{tcp}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        return {f"{s.name}{sorted(s.labels.items())}": s.value
+                for fam in text_string_to_metric_families(text) for s in fam.samples}
+
+    before = scrape()
+    assert "cosyvoiced_worker_restarts_total[]" in before
+    assert active_streams(d) == 0
+    # (the shared daemon is stopped once this stream has ended)
+    assert _post_unix(str(d.socket), "/v1/debug/hold-stream", {"seconds": 5}) == 202
+    after = scrape()
+    assert after["cosyvoiced_active_streams[('kind', 'debug')]"] == 1
 
 
-def test_no_watchdog_pings_without_watchdog_usec(daemon_factory):
-    d = daemon_factory().start()
-    ready = d.wait_ready()
-    time.sleep(1.0)
+def test_no_watchdog_pings_without_watchdog_usec(shared):
+    d = shared.get()
+    ready = d.wait_ready()  # its first READY=1
+    time.sleep(max(0.0, ready + 1.0 - time.monotonic()))
     assert d.notify.times("WATCHDOG", ready, time.monotonic()) == []
-    d.signal(signal.SIGTERM)
-    assert d.wait() == 0
 
 
-def test_sighup_with_broken_config_keeps_running(daemon_factory, tmp_path, repo_root):
-    cfg = tmp_path / "live.toml"
-    cfg.write_text((repo_root / "configs" / "dev.toml").read_text())
-    d = daemon_factory(config=cfg).start()
-    d.wait_ready()
-    cfg.write_text("[service]\nno_such_key = 1\n")
-    hup = time.monotonic()
+def _reloads(d: DaemonProcess) -> list[dict]:
+    return [e for e in d.log_events() if e.get("event") == "reloaded"]
+
+
+def _reload(d: DaemonProcess, timeout_s: float = 10.0) -> dict:
+    """SIGHUP; READY=1 again, and the `reloaded` event it logged."""
+    count, hup = len(_reloads(d)), time.monotonic()
     d.signal(signal.SIGHUP)
-    d.notify.wait_for("READY", "1", after=hup, timeout_s=10)
-    assert d.proc.poll() is None
-    rejected = [e for e in d.log_events() if e.get("event") == "reload_rejected"]
-    assert rejected and "service.no_such_key" in rejected[0]["errors"][0]
-    assert d.ctl("status").returncode == 0
+    d.notify.wait_for("READY", "1", after=hup, timeout_s=timeout_s)
+    deadline = time.monotonic() + timeout_s
+    while len(got := _reloads(d)) <= count:
+        assert time.monotonic() < deadline, "no reloaded event"
+        time.sleep(0.05)
+    return got[-1]
 
-    # a good change to a live key applies; a restart-only key is reported
-    cfg.write_text((repo_root / "configs" / "dev.toml").read_text()
-                   .replace('level = "info"', 'level = "debug"')
-                   .replace("count = 1", "count = 2"))
-    hup = time.monotonic()
-    d.signal(signal.SIGHUP)
-    d.notify.wait_for("READY", "1", after=hup, timeout_s=10)
-    time.sleep(0.3)
-    reloaded = [e for e in d.log_events() if e.get("event") == "reloaded"][-1]
-    assert "log.level" in reloaded["applied"]
-    assert "workers.count" in reloaded["needs_restart"]
-    d.signal(signal.SIGTERM)
-    assert d.wait() == 0
+
+def test_sighup_with_broken_config_keeps_running(shared, live_config, repo_root):
+    d = shared.get()
+    dev = (repo_root / "configs" / "dev.toml").read_text()
+    live_config.write_text("[service]\nno_such_key = 1\n")
+    try:
+        hup = time.monotonic()
+        d.signal(signal.SIGHUP)
+        d.notify.wait_for("READY", "1", after=hup, timeout_s=10)
+        assert d.proc.poll() is None
+        rejected = [e for e in d.log_events() if e.get("event") == "reload_rejected"]
+        assert rejected and "service.no_such_key" in rejected[-1]["errors"][0]
+        assert d.ctl("status").returncode == 0
+
+        # a good change to a live key applies; a restart-only key is reported
+        live_config.write_text(dev.replace('level = "info"', 'level = "debug"')
+                               .replace("count = 1", "count = 2"))
+        reloaded = _reload(d)
+        assert "log.level" in reloaded["applied"]
+        assert "workers.count" in reloaded["needs_restart"]
+    finally:  # the shared daemon back on dev.toml
+        live_config.write_text(dev)
+    _reload(d)
+
+
+def test_healthz_and_readyz_over_tcp(shared):
+    base = _tcp(shared.get())
+    with urllib.request.urlopen(f"{base}/healthz", timeout=10) as r:
+        assert json.load(r)["ok"] is True
+    with urllib.request.urlopen(f"{base}/readyz", timeout=10) as r:
+        assert json.load(r)["ready"] is True
 
 
 def test_bad_config_at_start_exits_78(daemon_factory):
@@ -167,23 +257,9 @@ def test_second_sigterm_cuts_the_drain(daemon_factory):
     assert time.monotonic() - t0 < 5
 
 
-def test_healthz_and_readyz_over_tcp(daemon_factory):
-    d = daemon_factory().start()
-    d.wait_ready()
-    tcp = [x for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]
-           if x.startswith("tcp://")][0]
-    base = tcp.replace("tcp://", "http://")
-    with urllib.request.urlopen(f"{base}/healthz", timeout=10) as r:
-        assert json.load(r)["ok"] is True
-    with urllib.request.urlopen(f"{base}/readyz", timeout=10) as r:
-        assert json.load(r)["ready"] is True
-    d.signal(signal.SIGTERM)
-    assert d.wait() == 0
-
-
-def test_sigterm_waits_for_active_streams_then_exits_0(daemon_factory):
-    d = daemon_factory(overrides=("service.drain_timeout_s=30",)).start()
-    d.wait_ready()
+def test_sigterm_waits_for_active_streams_then_exits_0(shared):
+    d = shared.get()  # stopped here: the shared daemon's last test
+    wait_idle(d)  # an earlier test's stream ends first
     # 4 s: long enough that a slow `cosyvoicectl` start on a busy box still sees it
     assert _post_unix(str(d.socket), "/v1/debug/hold-stream", {"seconds": 4}) == 202
     assert json.loads(d.ctl("--json", "status").stdout)["streams"]["active"] == 1
@@ -194,33 +270,8 @@ def test_sigterm_waits_for_active_streams_then_exits_0(daemon_factory):
     assert 1.0 < took < 15, took
 
 
-def test_metrics_scrape_parses_and_counts_streams(daemon_factory):
-    from prometheus_client.parser import text_string_to_metric_families
-
-    d = daemon_factory().start()
-    d.wait_ready()
-    tcp = [x for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]
-           if x.startswith("tcp://")][0].replace("tcp://", "http://")
-
-    def scrape() -> dict[str, float]:
-        with urllib.request.urlopen(f"{tcp}/metrics", timeout=10) as r:
-            text = r.read().decode()
-        return {f"{s.name}{sorted(s.labels.items())}": s.value
-                for fam in text_string_to_metric_families(text) for s in fam.samples}
-
-    before = scrape()
-    assert "cosyvoiced_worker_restarts_total[]" in before
-    assert _post_unix(str(d.socket), "/v1/debug/hold-stream", {"seconds": 5}) == 202
-    after = scrape()
-    assert after["cosyvoiced_active_streams[('kind', 'debug')]"] == 1
-    d.signal(signal.SIGTERM)
-    d.signal(signal.SIGTERM)
-    d.wait()
-
-
-def test_token_guards_tcp_but_not_the_control_socket(daemon_factory):
-    d = daemon_factory(overrides=('api.token="s3cret"',)).start()
-    d.wait_ready()
+def test_token_guards_tcp_but_not_the_control_socket(guarded):
+    d = guarded.get()
     assert d.ctl("status").returncode == 0  # the Unix socket: file permissions guard it
     tcp = [x for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]
            if x.startswith("tcp://")][0].replace("tcp://", "http://")
@@ -232,19 +283,24 @@ def test_token_guards_tcp_but_not_the_control_socket(daemon_factory):
     req = urllib.request.Request(f"{tcp}/v1/status", headers={"Authorization": "Bearer s3cret"})
     with urllib.request.urlopen(req, timeout=10) as r:
         assert json.load(r)["state"] == "ready"
-    d.signal(signal.SIGTERM)
-    assert d.wait() == 0
 
 
-def test_unread_notify_socket_never_freezes_the_daemon(daemon_factory):
+def test_unread_notify_socket_never_freezes_the_daemon(guarded):
     # regression: STATUS= updates to a notify socket nobody reads blocked the event loop
-    d = daemon_factory(watchdog_usec=20_000).start()  # a ping every 10 ms fills it fast
-    d.wait_ready()
+    d = guarded.get()  # a ping every 10 ms fills it fast; stopped here: its last test
     d.notify.paused.set()  # stop reading: the socket's queue fills up
-    time.sleep(8.0)
-    # change the STATUS= line, so the event loop itself has to notify
-    assert _post_unix(str(d.socket), "/v1/debug/hold-stream", {"seconds": 1}) == 202
-    time.sleep(3.0)
+    deadline = time.monotonic() + 8.0
+    while not any(e.get("event") == "notify_dropped" for e in d.log_events()) \
+            and time.monotonic() < deadline:  # full: the first ping that did not fit
+        time.sleep(0.1)
+    # change the STATUS= line, so the event loop itself has to notify: the line is
+    # looked at every STATUS_EVERY_S, so a stream held longer is in one of them
+    assert _post_unix(str(d.socket), "/v1/debug/hold-stream",
+                      {"seconds": STATUS_EVERY_S + 0.5}) == 202
+    t0 = time.monotonic()
+    while active_streams(d):  # the loop that notified ran on and ended the stream
+        assert time.monotonic() - t0 < 15, "the held stream never ended"
+        time.sleep(0.1)
     st = d.ctl("status")
     assert st.returncode == 0, st.stderr
     d.signal(signal.SIGTERM)
