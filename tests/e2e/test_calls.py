@@ -51,6 +51,16 @@ async def _events(http: str, sink: list, stop: asyncio.Event) -> None:
                 return
 
 
+async def _until_ended(events: list, peers: list[Peer], timeout_s: float = 30.0) -> None:
+    """Until every call of `peers` has its `call_ended` in `events` (from `_events`): a
+    call's last transcript is published before it (its listening stream is flushed first)."""
+    want = {str(p.call.call_id) for p in peers}
+    deadline = time.monotonic() + timeout_s
+    while not want <= {e["stream"] for _, e in events if e["type"] == "call_ended"}:
+        assert time.monotonic() < deadline, "a call_ended never came"
+        await asyncio.sleep(0.05)
+
+
 def test_twenty_concurrent_calls_paced_and_isolated(daemon_factory):
     # admission is tested elsewhere; here every call must be admitted on a shared box
     d = daemon_factory(overrides=(f'audiosocket.greeting="{GREETING}"',
@@ -85,7 +95,7 @@ def test_twenty_concurrent_calls_paced_and_isolated(daemon_factory):
         watcher = asyncio.create_task(_events(http, events, stop))
         await asyncio.sleep(0.3)
         results = await asyncio.gather(*(one(i) for i in range(20)), garbage())
-        await asyncio.sleep(2.0)  # the last transcripts
+        await _until_ended(events, results[:20])  # the last transcripts
         stop.set()
         watcher.cancel()
         return results, events
