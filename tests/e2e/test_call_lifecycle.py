@@ -1,6 +1,9 @@
 """AudioSocket calls in the wideband formats (`Dial(AudioSocket/.../c(slin16))`) against
 the real daemon, comfort silence, and the call lifecycle a voicebot controller drives:
-say ids and their playback events, barge-in, hangup, on SSE and the events WebSocket."""
+say ids and their playback events, barge-in, hangup, on SSE and the events WebSocket.
+
+The calls on the default config (no greeting) share one daemon; each test looks at its
+own calls' frames and events only."""
 
 from __future__ import annotations
 
@@ -10,19 +13,45 @@ import json
 import signal
 import time
 import wave
+from collections.abc import Iterator
 
 import numpy as np
+import pytest
 from aiohttp import ClientSession, ClientTimeout, WSMsgType
 
 from cosyvoiced.audio.resample import StreamResampler
 from cosyvoiced.serve.audiosocket.frames import AUDIO_RATES_HZ, Kind
 from cosyvoiced.testing.audiosocket_peer import Peer, inter_frame_gaps_ms
 from cosyvoiced.testing.prompts import normalizer, prompts, wer
-from tests.e2e.test_calls import GREETING, LONG_GREETING, _events, _onset_s, _pcm, _ports
+from tests.e2e.test_calls import (
+    GREETING,
+    LONG_GREETING,
+    _events,
+    _onset_s,
+    _pcm,
+    _ports,
+    _until_ended,
+)
+from tests.fixtures.daemon import DaemonProcess, SharedDaemon, wait_idle
 
 GAP_BOUND_MS = 200.0
 """Largest gap allowed between frames sent to a caller (10 ticks: margin for a loaded
 two-core box; a silent gap of that size is what comfort silence exists to prevent)."""
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDaemon]:
+    s = SharedDaemon(tmp_path_factory, "calls")  # no greeting: silent until asked to speak
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def daemon(shared: SharedDaemon) -> DaemonProcess:
+    """The shared daemon, once the calls of the test before have ended."""
+    d = shared.get()
+    wait_idle(d)
+    return d
 
 
 def _upsample(x: np.ndarray, rate: int) -> np.ndarray:
@@ -65,7 +94,7 @@ def test_slin16_and_slin48_calls_hear_their_greeting_and_are_transcribed(daemon_
         watcher = asyncio.create_task(_events(http, events, stop))
         await asyncio.sleep(0.3)
         calls = await asyncio.gather(one(Kind.SLIN16, corpus[0]), one(Kind.SLIN48, corpus[1]))
-        await asyncio.sleep(1.5)  # the last transcripts
+        await _until_ended(events, [peer for peer, _, _ in calls])  # the last transcripts
         stop.set()
         watcher.cancel()
         greetings = []
@@ -108,9 +137,8 @@ def test_slin16_and_slin48_calls_hear_their_greeting_and_are_transcribed(daemon_
     assert d.wait(60) == 0
 
 
-def test_comfort_frames_flow_every_20ms_and_speech_replaces_them(daemon_factory):
-    d = daemon_factory().start()  # no greeting: silent until asked to speak
-    d.wait_ready()
+def test_comfort_frames_flow_every_20ms_and_speech_replaces_them(daemon):
+    d = daemon
     host, port, http = _ports(d)
 
     async def main():
@@ -142,14 +170,11 @@ def test_comfort_frames_flow_every_20ms_and_speech_replaces_them(daemon_factory)
           f"{span_s:.2f} s; largest gap {gaps.max():.1f} ms")
     assert gaps.max() < GAP_BOUND_MS
     assert len(call.received) >= 0.9 * span_s / 0.02  # no tick left out
-    d.signal(signal.SIGTERM)
-    assert d.wait(60) == 0
 
 
-def test_say_barge_in_and_hangup_events_on_sse_and_websocket(daemon_factory):
+def test_say_barge_in_and_hangup_events_on_sse_and_websocket(daemon):
     secret = "The account number is four four two seven."
-    d = daemon_factory().start()
-    d.wait_ready()
+    d = daemon
     host, port, http = _ports(d)
     prompt = next(p for p in prompts() if 1.5 < p.samples().shape[0] / 8000 < 4.0)
     speech = _pcm(prompt.samples())
@@ -194,7 +219,7 @@ def test_say_barge_in_and_hangup_events_on_sse_and_websocket(daemon_factory):
                 if ev.get("stream") == cid:
                     ws_events.append(ev)
             await ws.close()
-        await asyncio.sleep(0.3)
+        await _until_ended(sse, [peer])
         stop.set()
         watcher.cancel()
         await peer.close()
@@ -221,19 +246,16 @@ def test_say_barge_in_and_hangup_events_on_sse_and_websocket(daemon_factory):
         if ev.get("level", "info") != "debug":
             line = json.dumps(ev).lower()
             assert not [p for p in private if p in line], ev
-    d.signal(signal.SIGTERM)
-    assert d.wait(60) == 0
 
 
-def test_mulaw_bytes_sent_as_slin_are_noise_to_the_listener(daemon_factory):
+def test_mulaw_bytes_sent_as_slin_are_noise_to_the_listener(daemon):
     """What `Dial(AudioSocket/...)` without `c(slin)` does to a μ-law call: Asterisk sends
     the μ-law bytes under kind 0x10. Beside a correct slin call, the same prompt sent
     that way is not understood (docs/http-api.md, "Audio formats")."""
     from cosyvoiced.audio.codec import mulaw_encode
     from cosyvoiced.serve.audiosocket.frames import Audio
 
-    d = daemon_factory().start()
-    d.wait_ready()
+    d = daemon
     host, port, http = _ports(d)
     prompt = next(p for p in prompts() if 2.0 < p.samples().shape[0] / 8000 < 4.0)
     pcm = np.concatenate([_pcm(prompt.samples()), np.zeros(8000 * 2, dtype=np.int16)])
@@ -262,7 +284,7 @@ def test_mulaw_bytes_sent_as_slin_are_noise_to_the_listener(daemon_factory):
         watcher = asyncio.create_task(_events(http, events, stop))
         await asyncio.sleep(0.3)
         peers = await asyncio.gather(slin(), mulaw())
-        await asyncio.sleep(1.0)
+        await _until_ended(events, list(peers))  # the last transcripts
         stop.set()
         watcher.cancel()
         return peers, events
@@ -277,5 +299,3 @@ def test_mulaw_bytes_sent_as_slin_are_noise_to_the_listener(daemon_factory):
     print(f"{prompt.text!r}: as slin {heard(right)!r} (WER {good:.0f}%), "
           f"as μ-law bytes {heard(wrong)!r} (WER {bad:.0f}%)")
     assert good <= 40.0 and bad >= 75.0
-    d.signal(signal.SIGTERM)
-    assert d.wait(60) == 0
