@@ -1,6 +1,8 @@
 """Wyoming on the real daemon: zeroconf discovery (python-zeroconf's browser, as Home
 Assistant finds servers), server-side speed, and the idle deadline, with the `wyoming`
-package's own client."""
+package's own client.
+
+The loopback tests share one daemon; the last of them reloads and stops it."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import subprocess
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import ifaddr
 import pytest
@@ -23,6 +26,7 @@ from wyoming.tts import Synthesize
 from zeroconf import ServiceBrowser, ServiceListener, Zeroconf
 
 from cosyvoiced import __version__
+from tests.fixtures.daemon import SharedDaemon
 
 DUMMY = ("cvdzc0", "10.231.77.1")
 """An interface made for the test (dummy, else a veth pair) when the box has no
@@ -55,6 +59,22 @@ def lan_address() -> Iterator[str]:
         yield address
     finally:
         subprocess.run(["ip", "link", "del", name], check=False, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def live_config(tmp_path_factory: pytest.TempPathFactory, repo_root: Path) -> Path:
+    """The shared daemon's config: dev.toml, in a file a test rewrites and reloads."""
+    cfg = tmp_path_factory.mktemp("wyoming-config") / "w.toml"
+    cfg.write_text((repo_root / "configs" / "dev.toml").read_text())
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory, live_config: Path) -> Iterator[SharedDaemon]:
+    s = SharedDaemon(tmp_path_factory, "wyoming", config=live_config,
+                     overrides=("wyoming.idle_timeout_s=1.5",))
+    yield s
+    s.close()
 
 
 class _Found(ServiceListener):
@@ -129,12 +149,9 @@ def test_a_lan_bound_daemon_is_found_by_a_zeroconf_browser(daemon_factory, lan_a
         zc.close()
 
 
-def test_loopback_daemon_advertises_nothing(daemon_factory):
-    d = daemon_factory().start()
-    d.wait_ready()
+def test_loopback_daemon_advertises_nothing(shared):
+    d = shared.get()
     assert not [e for e in d.log_events() if e.get("event") == "zeroconf_advertised"]
-    d.signal(signal.SIGTERM)
-    assert d.wait() == 0
 
 
 def _synthesize_s(port: int, text: str) -> float:
@@ -153,13 +170,11 @@ def _synthesize_s(port: int, text: str) -> float:
     return asyncio.run(go())
 
 
-def test_server_speed_reloads_and_idle_clients_are_closed(daemon_factory, tmp_path,
-                                                         repo_root):
-    cfg = tmp_path / "w.toml"
+def test_server_speed_reloads_and_idle_clients_are_closed(shared, live_config, repo_root):
+    d = shared.get()  # reloaded and stopped here: the shared daemon's last test
+    cfg = live_config
     base = (repo_root / "configs" / "dev.toml").read_text()
     cfg.write_text(base)
-    d = daemon_factory(config=cfg, overrides=("wyoming.idle_timeout_s=1.5",)).start()
-    d.wait_ready()
     port = _wyoming_port(d)
     text = "Your appointment is confirmed for Thursday at ten in the morning."
     normal_s = _synthesize_s(port, text)
