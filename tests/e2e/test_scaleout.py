@@ -144,11 +144,23 @@ class Watch:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await asyncio.sleep(1.5)  # the last transcripts
+        deadline = time.monotonic() + 10.0
+        while not self._all_ended() and time.monotonic() < deadline:  # the last transcripts
+            await asyncio.sleep(0.05)
         self._stop.set()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _all_ended(self) -> bool:
+        """Every call a daemon's feed saw start has its `call_ended` there (a call's last
+        transcript is published before it), or the feed is gone (its daemon stopped)."""
+        for task, evs in zip(self._tasks, self.seen.values(), strict=True):
+            started = {e.get("stream") for e in evs if e["type"] == "call_started"}
+            ended = {e.get("stream") for e in evs if e["type"] == "call_ended"}
+            if not (task.done() or started <= ended):
+                return False
+        return True
 
     def owner(self, peer: Peer) -> str | None:
         cid = str(peer.call.call_id)
