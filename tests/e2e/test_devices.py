@@ -342,8 +342,10 @@ def test_missing_device_is_reported_and_the_daemon_serves_on(pulse_server, tmp_p
         assert ctl.returncode != 0 and "ghost" in ctl.stdout + ctl.stderr
         ok, health = http(d, "GET", "/healthz")
         assert ok == 200 and health["ok"], health
-        time.sleep(1.5)  # retried in the background, still missing, still reported
-        ghost = device(d, "ghost")
+        deadline = time.monotonic() + 1.5  # retried in the background, still missing,
+        while (ghost := device(d, "ghost"))["failures"] < 2 \
+                and time.monotonic() < deadline:  # still reported
+            time.sleep(0.1)
         assert ghost["state"] in ("failed", "retrying") and ghost["failures"] >= 2
         assert any(e.get("event") == "device_unavailable" and e.get("device") == "ghost"
                    for e in d.log_events())
