@@ -124,13 +124,14 @@ def test_a_first_frame_after_the_wait_switches_the_call_and_its_speech_goes_on(k
     assert lis.rate_hz == 8000 and abs(lis.pos - 8000) <= 160, lis.pos
 
 
-def test_a_change_after_the_adopted_first_frame_is_a_protocol_error():
+@pytest.mark.parametrize("wait_ms", [0, 1000])  # the first frame after the wait, or within it
+def test_a_change_after_the_adopted_first_frame_is_a_protocol_error(wait_ms):
     async def main():
-        server = await _server(FakeSpeech(), first_frame_wait_ms=0)
+        server = await _server(FakeSpeech(), first_frame_wait_ms=wait_ms)
         peer = Peer("127.0.0.1", _port(server), kind=Kind.SLIN16)
         await peer.connect()
         await asyncio.sleep(0.1)
-        await peer.play(np.zeros(320 * 5, dtype=np.int16))  # adopted: slin -> slin16
+        await peer.play(np.zeros(320 * 5, dtype=np.int16))  # adopted: slin16
         call = server.calls[str(peer.call.call_id)]
         await peer.send_raw(Audio(bytes(320), Kind.SLIN).encode())
         assert await peer.wait_closed(5)
