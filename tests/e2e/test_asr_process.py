@@ -4,7 +4,6 @@ utterances sent meanwhile transcribed, not lost."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -16,7 +15,7 @@ import pytest
 
 from cosyvoiced.testing.prompts import Prompt, prompts, wer
 from cosyvoiced.workers.worker.affinity import ASR_NICE
-from tests.e2e.test_listen import _listener, _post_transcribe
+from tests.e2e.test_listen import _post_transcribe
 from tests.fixtures.daemon import DaemonProcess, ready_daemon
 
 
@@ -31,7 +30,7 @@ def clips() -> list[Prompt]:
 
 
 def _status(d: DaemonProcess) -> dict:
-    return json.loads(d.ctl("--json", "status").stdout)["workers"]
+    return d.status()["workers"]
 
 
 def _maps(pid: int) -> str:
@@ -45,7 +44,7 @@ def _cpus(pid: int) -> str:
 
 
 def _transcribe(d: DaemonProcess, clip: Prompt) -> str:
-    base = _listener(d, "tcp://").replace("tcp://", "http://")
+    base = [x for x in d.listeners() if x.startswith("tcp://")][0].replace("tcp://", "http://")
     return _post_transcribe(base, clip.path.read_bytes())["text"]
 
 

@@ -22,7 +22,7 @@ LONG_GREETING = ("Thank you for calling the support line. Please listen carefull
 
 
 def _ports(d) -> tuple[str, int, str]:
-    listeners = json.loads(d.ctl("--json", "status").stdout)["listeners"]
+    listeners = d.listeners()
     sock = [x for x in listeners if x.startswith("audiosocket://")][0]
     host, port = sock.removeprefix("audiosocket://").rsplit(":", 1)
     http = [x for x in listeners if x.startswith("tcp://")][0].replace("tcp://", "http://")

@@ -47,7 +47,7 @@ def start_daemon(tmp: Path, audio: str, devices: list[dict]) -> DaemonProcess:
 
 
 def base_url(d: DaemonProcess) -> str:
-    for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]:
+    for x in d.listeners():
         if x.startswith("tcp://"):
             return x.replace("tcp://", "http://")
     raise AssertionError("no tcp listener")

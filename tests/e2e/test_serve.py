@@ -40,7 +40,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDaemon]:
 
 
 def _listener(d, prefix: str) -> str:
-    for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]:
+    for x in d.listeners():
         if x.startswith(prefix):
             return x
     raise AssertionError(f"no {prefix} listener")

@@ -66,8 +66,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedDaemon]:
 
 
 def _tcp(d: DaemonProcess) -> str:
-    return [x for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]
-            if x.startswith("tcp://")][0].replace("tcp://", "http://")
+    return [x for x in d.listeners() if x.startswith("tcp://")][0].replace("tcp://", "http://")
 
 
 def _post_unix(sock: str, path: str, body: dict) -> int:
@@ -273,8 +272,7 @@ def test_sigterm_waits_for_active_streams_then_exits_0(shared):
 def test_token_guards_tcp_but_not_the_control_socket(guarded):
     d = guarded.get()
     assert d.ctl("status").returncode == 0  # the Unix socket: file permissions guard it
-    tcp = [x for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]
-           if x.startswith("tcp://")][0].replace("tcp://", "http://")
+    tcp = _tcp(d)
     try:
         urllib.request.urlopen(f"{tcp}/v1/status", timeout=10)
         raise AssertionError("TCP without a token was served")

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import signal
 import subprocess
 import threading
@@ -106,7 +105,7 @@ def _wait(cond, timeout_s: float, what: str) -> None:
 
 
 def _wyoming_port(d) -> int:
-    for x in json.loads(d.ctl("--json", "status").stdout)["listeners"]:
+    for x in d.listeners():
         if x.startswith("wyoming+tcp://"):
             return int(x.rsplit(":", 1)[1])
     raise AssertionError("no Wyoming listener")
