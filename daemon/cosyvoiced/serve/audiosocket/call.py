@@ -45,7 +45,7 @@ from cosyvoiced.listen.events import (
     VoiceStopped,
 )
 from cosyvoiced.runtime.metrics import Metrics
-from cosyvoiced.serve.audiosocket.clock import clock_socket
+from cosyvoiced.serve.audiosocket.clock import clock_socket, set_send_buffer
 from cosyvoiced.serve.audiosocket.frames import (
     Audio,
     CallId,
@@ -125,8 +125,7 @@ class Call:
         self._take_format(kind)
         with self._send_lock:
             if self._sock is not None:
-                self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF,
-                                      max(1, self._sndbuf_bytes() // 2))
+                set_send_buffer(self._sock, self._sndbuf_bytes())
         log.info("call_format_adopted", call_id=self.id, format=self.format, was=was,
                  after_ms=int((time.monotonic() - self.started_s) * 1000))
 

@@ -95,5 +95,11 @@ def clock_socket(writer: asyncio.StreamWriter, sndbuf_bytes: int) -> socket.sock
     except OSError:
         return None
     sock.setblocking(False)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(1, sndbuf_bytes // 2))
+    set_send_buffer(sock, sndbuf_bytes)
     return sock
+
+
+def set_send_buffer(sock: socket.socket, sndbuf_bytes: int) -> None:
+    """The kernel's send buffer of a call's socket: `sndbuf_bytes` (Linux doubles the value
+    asked for)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, max(1, sndbuf_bytes // 2))
