@@ -39,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a config key, e.g. --set log.level=debug (repeatable)")
 
-    check = sub.add_parser("check-config", help="validate a config and print it as TOML")
+    check = sub.add_parser("check-config", help="validate a config and print it as TOML, "
+                                                "with the workers' CPU plan on this machine")
     check.add_argument("path")
     check.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     add_say_parser(sub)
@@ -62,7 +63,21 @@ def cmd_check_config(args: argparse.Namespace) -> int:
         print(f"tts.lexicon: {exc}", file=sys.stderr)
         return EX_CONFIG
     sys.stdout.write(dump_config(config))
+    sys.stdout.write(cpu_plan_comment(config.workers))
     return 0
+
+
+def cpu_plan_comment(workers: object) -> str:
+    """Where the workers would run on this machine, as TOML comments (a `workers.cpus`
+    this machine cannot give is said there: the config may be meant for another box)."""
+    from cosyvoiced.workers.errors import CpuConfigError
+    from cosyvoiced.workers.pool.placement import CpuPlan
+
+    try:
+        lines = CpuPlan.for_config(workers).lines()
+    except CpuConfigError as exc:
+        lines = [f"none: {exc}"]
+    return "\n# CPU plan on this machine:\n" + "".join(f"#   {line}\n" for line in lines)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

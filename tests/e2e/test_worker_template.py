@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from cosyvoiced.config.cpus import parse_cpu_list
+from cosyvoiced.config.schema import WorkersConfig
+from cosyvoiced.workers.pool.placement import CpuPlan
 from tests.e2e.test_listen import _listener
 from tests.fixtures.daemon import DaemonProcess, ready_daemon
 
@@ -94,6 +97,31 @@ def test_kill_9_the_template_brings_back_a_new_one_and_its_workers(daemon):
     for w in st["workers"]:
         assert _ppid(w["pid"]) == st["template"]["pid"]
     assert len(_speak(daemon, "Thank you for waiting, I am back.")) > 44
+
+
+def _affinity(pid: int) -> set[int]:
+    """The CPUs of every thread of `pid` (Linux pins threads, not processes), which must
+    agree."""
+    sets = {frozenset(os.sched_getaffinity(int(t))) for t in os.listdir(f"/proc/{pid}/task")}
+    assert len(sets) == 1, f"worker {pid}'s threads are pinned apart: {sets}"
+    return set(next(iter(sets)))
+
+
+def test_workers_run_where_the_logged_cpu_plan_puts_them(daemon):
+    # after the template's restart above too: re-forked workers are pinned by the plan
+    st = _wait(lambda: _all_up(daemon))
+    logged = [e for e in daemon.log_events() if e.get("event") == "cpu_plan"]
+    assert len(logged) == 1, logged
+    plan = logged[0]
+    here = CpuPlan.for_config(WorkersConfig(count=2))  # this box, as the test reads it
+    assert plan["workers"] == here.fields()["workers"]
+    assert (plan["numa_nodes"], plan["threads_per_core"]) == (
+        len(here.topology.nodes), here.topology.threads_per_core)
+    if plan["cores"] >= 2:  # two workers never share a physical core while there are two
+        assert not any(w["shares_core"] for w in plan["workers"])
+    for planned, w in zip(plan["workers"], st["workers"], strict=True):
+        assert w["cpus"] == planned["cpus"]
+        assert _affinity(w["pid"]) == set(parse_cpu_list(planned["cpus"])), w
 
 
 def test_template_off_spawns_every_worker(tmp_path_factory):

@@ -53,6 +53,7 @@ import numpy.typing as npt
 
 from cosyvoiced.audio.shm import new_segment_name
 from cosyvoiced.errors import CosyvoicedError
+from cosyvoiced.runtime.numa import prefer_node
 
 __all__ = ["Ring", "RingError", "RingStats", "Policy"]
 
@@ -329,6 +330,13 @@ class Ring:
     @property
     def playing(self) -> bool:
         return bool(self._h[_PLAYING])
+
+    def prefer_node(self, node: int) -> None:
+        """Have this ring's pages not yet touched come from NUMA node `node` (its
+        worker's): call before samples flow (OSError where the kernel refuses)."""
+        if self._mapping is None:
+            raise RingError(f"ring {self.name} is closed")
+        prefer_node(ctypes.addressof(self._mapping), ctypes.sizeof(self._mapping), node)
 
     def _release(self) -> None:
         self._h.release()

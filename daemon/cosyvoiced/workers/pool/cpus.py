@@ -1,10 +1,8 @@
-"""CPU lists ("2-15", "0,2,4-7") and how the inference CPUs are shared among workers.
+"""CPU lists ("2-15", "0,2,4-7"): the inference CPUs and the thread budget they give.
 
 The list notation itself lives in `cosyvoiced.config.cpus` (the config checks read it
-too); here it raises the pool's `CpuConfigError`.
-
-Each worker gets its own contiguous share of the CPU list, at least `onnx_threads` CPUs,
-so no two ONNX thread pools fight over a core.
+too); here it raises the pool's `CpuConfigError`. Which worker gets which of them is the
+plan's (`placement`, on the CPU topology: `topology`).
 """
 
 from __future__ import annotations
@@ -44,15 +42,3 @@ def check_threads(count: int, onnx_threads: int, ncpus: int) -> None:
             f"workers.count x workers.onnx_threads = {count} x {onnx_threads} = "
             f"{count * onnx_threads} ONNX threads, but workers.cpus gives only {ncpus} CPU(s)")
 
-
-def share_cpus(cpus: tuple[int, ...], count: int, onnx_threads: int) -> list[tuple[int, ...]]:
-    """Split `cpus` into `count` contiguous shares (the first ones get any remainder)."""
-    check_threads(count, onnx_threads, len(cpus))
-    base, extra = divmod(len(cpus), count)
-    shares: list[tuple[int, ...]] = []
-    start = 0
-    for i in range(count):
-        n = base + (1 if i < extra else 0)
-        shares.append(cpus[start:start + n])
-        start += n
-    return shares

@@ -35,8 +35,9 @@ from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.errors import PoolNotRunning, WorkerError, WorkerLost
 from cosyvoiced.workers.pool.admission import Admission, WorkerLoad
 from cosyvoiced.workers.pool.asr_proc import AsrService
-from cosyvoiced.workers.pool.cpus import format_cpu_list, inference_cpus, share_cpus
+from cosyvoiced.workers.pool.cpus import format_cpu_list
 from cosyvoiced.workers.pool.handles import ListenHandle, StreamHandle, TtsHandle
+from cosyvoiced.workers.pool.placement import CpuPlan
 from cosyvoiced.workers.pool.procs import Slot, join_all
 from cosyvoiced.workers.pool.supervisor import Supervisor
 from cosyvoiced.workers.pool.template import WorkerTemplate
@@ -68,9 +69,10 @@ class WorkerPool:
         self.setup = setup
         self.health = health
         self.publish = publish
-        shares = share_cpus(inference_cpus(workers.cpus), workers.count, workers.onnx_threads)
-        self.slots = [Slot(i, share) for i, share in enumerate(shares)]
-        self.all_cpus = tuple(c for share in shares for c in share)
+        self.plan = CpuPlan.for_config(workers)  # whole physical cores first, a node each
+        log.info("cpu_plan", **self.plan.fields())
+        self.slots = [Slot(i, share) for i, share in enumerate(self.plan.shares)]
+        self.all_cpus = self.plan.cpus
         self.admission = Admission(workers.admit_busy_max, workers.max_streams)
         self.running = False
         self.late_steps = 0
@@ -242,6 +244,7 @@ class WorkerPool:
             with self._lock:
                 self.admission.check_cap(len(self._handles))
                 index = self.admission.choose(self.loads(), kind)
+                self.plan.place_ring(ring, index)  # on its worker's node, before samples
                 slot = self.slots[index]
                 proc = slot.proc
                 assert proc is not None

@@ -5,9 +5,12 @@ shared copy-on-write), or starts them with the `spawn` method (a fresh interpret
 onnxruntime thread pools inherited from the parent). It sets `OMP_NUM_THREADS`/`MKL_NUM_THREADS`
 in the environment the child is spawned with and spawns from a thread pinned to the
 worker's CPUs, so both hold from the child's first instruction; here they are applied
-again to every thread before onnxruntime is imported. At the top this module imports
-only the standard library and the stdlib-only `setup` and `affinity`: the loop (and the
-inference stack under it) is imported after pinning, so the import points one way.
+again to every thread before onnxruntime is imported, and before the worker allocates
+its own buffers: Linux places a page on the node of the CPU that first touches it, so on
+a NUMA box a worker's memory lands on the node the plan (`pool/placement`) put it on. At
+the top this module imports only the standard library and the stdlib-only `setup` and
+`affinity`: the loop (and the inference stack under it) is imported after pinning, so
+the import points one way.
 """
 
 from __future__ import annotations
