@@ -54,7 +54,9 @@ class WorkersConfig:
     count: int = opt(1, min=1, max=256)
     """Inference worker processes."""
     cpus: str = opt("")
-    """CPU list for inference workers, e.g. "2-15" or "1,3"; empty: every allowed CPU."""
+    """CPU list for inference workers, e.g. "2-15" or "1,3"; empty: every allowed CPU.
+    Shared out by the CPU topology: whole physical cores per worker, a NUMA node each,
+    SMT siblings last (the plan is in `check-config` and the `cpu_plan` log line)."""
     onnx_threads: int = opt(1, min=1, max=64)
     """ONNX Runtime intra-op threads per worker (total never above the CPUs given)."""
     max_streams: int = opt(64, min=1, max=100000, live=True)
