@@ -10,6 +10,7 @@ KVM guest, cgroup v1)."""
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from cosyvoiced.__main__ import cpu_plan_comment
 from cosyvoiced.audio.ring import Ring
 from cosyvoiced.config import dump_config, load_config
 from cosyvoiced.config.schema import WorkersConfig
-from cosyvoiced.runtime.numa import node_mask
+from cosyvoiced.runtime.numa import move_pages_to, node_mask
 from cosyvoiced.workers.errors import CpuConfigError
 from cosyvoiced.workers.pool import placement as placement_mod
 from cosyvoiced.workers.pool.placement import CpuPlan
@@ -194,11 +195,29 @@ def test_place_ring_asks_for_the_node_and_a_refusal_is_logged_once(monkeypatch):
     assert [e["event"] for e in logs] == ["ring_numa_refused"]
 
 
-def test_node_mask_for_mbind():
+def test_an_adopting_spare_has_its_pages_moved_to_the_slots_node(monkeypatch):
+    moved: list[tuple[int, tuple[int, ...], int]] = []
+    monkeypatch.setattr(placement_mod, "move_pages_to", lambda *a: moved.append(a) or 0)
+    plan("smt2-1socket", range(8), 2).move_memory(1234, 1)
+    assert moved == []  # one node: nothing to move
+    plan("2socket-2numa", range(16), 2).move_memory(1234, 1)
+    assert moved == [(1234, (0,), 1)]
+
+
+def test_node_masks_for_the_syscalls():
     mask, maxnode = node_mask(0)
     assert list(mask) == [1] and maxnode == 65
     mask, maxnode = node_mask(70)
     assert list(mask) == [0, 1 << 6] and maxnode == 129
+    mask, maxnode = node_mask(0, 2, span=64)  # as wide as the other mask of the call
+    assert list(mask) == [5, 0] and maxnode == 129
+
+
+def test_moving_our_own_pages_to_node_0():
+    try:
+        assert move_pages_to(os.getpid(), (0,), 0) == 0
+    except OSError as exc:  # a kernel without NUMA support
+        pytest.skip(f"migrate_pages unavailable here: {exc}")
 
 
 def test_a_real_ring_takes_node_0():

@@ -14,7 +14,10 @@ One ONNX thread per *physical* core is what keeps a worker's step time steady, s
   second; a CPU left over goes to a worker already on its core.
 
 A group with no worker (fewer workers than groups) keeps its cores for the ASR process
-and the worker template, which run on every inference CPU as before. The thread budget
+and the worker template, which run on every inference CPU as before. On a box with more
+than one node the plan also keeps memory on the worker's node: a stream's ring is bound
+there before samples flow (`place_ring`), and a warm spare that adopts a slot has its
+pages moved there (`move_memory`); a worker's own buffers get there by first touch. The thread budget
 (`check_threads`) and the checks of `workers.cpus` (`inference_cpus`) are unchanged.
 """
 
@@ -26,13 +29,20 @@ from typing import Any
 import structlog
 
 from cosyvoiced.config.cpus import format_cpu_list
+from cosyvoiced.runtime.numa import move_pages_to
 from cosyvoiced.workers.pool.cpus import check_threads, inference_cpus
 from cosyvoiced.workers.pool.topology import Core, Topology, read_topology
 
 log = structlog.get_logger(__name__)
 
-_REFUSED: set[int] = set()
-"""errno values of refused ring placements already logged."""
+_REFUSED: set[tuple[str, int]] = set()
+"""Refusals already logged (event, errno): one warning each."""
+
+
+def _refused(event: str, exc: OSError, **kw: Any) -> None:
+    if (event, exc.errno) not in _REFUSED:
+        _REFUSED.add((event, exc.errno))
+        log.warning(event, error=str(exc), **kw)
 
 
 @dataclass(frozen=True)
@@ -93,10 +103,22 @@ class CpuPlan:
         try:
             ring.prefer_node(node)
         except OSError as exc:
-            if exc.errno not in _REFUSED:
-                _REFUSED.add(exc.errno)
-                log.warning("ring_numa_refused", node=node, error=str(exc),
-                            note="rings stay where their pages are first touched")
+            _refused("ring_numa_refused", exc, node=node,
+                     note="rings stay where their pages are first touched")
+
+    def move_memory(self, pid: int, index: int) -> None:
+        """A spare (warmed up on every inference CPU) adopted slot `index`: move its own
+        pages to the slot's node, where the box has more than one."""
+        node = self.memory_node(index)
+        if node is None:
+            return
+        try:
+            left = move_pages_to(pid, tuple(n for n in self.topology.nodes if n != node), node)
+        except OSError as exc:
+            _refused("worker_numa_move_refused", exc, node=node, pid=pid,
+                     note="its pages stay where it warmed up")
+            return
+        log.info("worker_memory_moved", index=index, node=node, pages_left=left)
 
     def fields(self) -> dict[str, Any]:
         """The plan as one structured log event's fields."""

@@ -20,6 +20,7 @@ import structlog
 
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.pool.handles import StreamHandle
+from cosyvoiced.workers.pool.placement import CpuPlan
 from cosyvoiced.workers.pool.procs import Proc, Slot
 from cosyvoiced.workers.pool.template import WorkerTemplate
 from cosyvoiced.workers.setup import WorkerSetup
@@ -38,6 +39,8 @@ class SupervisedPool(Protocol):
     """Every slot was ready once and the pool has not stopped."""
     template: WorkerTemplate | None
     """What workers are forked from (None: spawned)."""
+    plan: CpuPlan
+    """Where each slot's worker runs (and keeps its memory)."""
 
     def handle(self, stream_id: str) -> StreamHandle | None:
         """The open stream a worker message is for."""
@@ -272,6 +275,7 @@ class Supervisor:
             spare.ready_msg = None  # Ready comes again once it has adopted the slot
             spare.send(m.Adopt(slot.index, slot.cpus))
             log.info("worker_spare_adopting", index=slot.index, pid=spare.pid)
+            self.pool.plan.move_memory(spare.pid, slot.index)  # to the slot's node
             self._after(workers.restart_backoff_s, self._spawn_spare)
             return
         if delay:
