@@ -99,24 +99,35 @@ class Lexicon:
     def __len__(self) -> int:
         return len(self.exact) + len(self.folded)
 
-    def apply(self, text: str) -> str:
-        """`text` with each entry's word respelled or made an inline phoneme piece."""
+    def matches(self, text: str, start: int = 0,
+                end: int | None = None) -> list[tuple[int, int, str, str]]:
+        """(start, end, "ipa" | "say", value) of each entry found in `text[start:end]`,
+        in order; offsets into `text`."""
         index = self._index  # type: ignore[attr-defined]
         if not index:
-            return text
-        spans = list(_WORD_RE.finditer(text))
-        out: list[str] = []
-        pos = i = 0
+            return []
+        end = len(text) if end is None else end
+        spans = list(_WORD_RE.finditer(text, start, end))
+        out: list[tuple[int, int, str, str]] = []
+        i = 0
         while i < len(spans):
             found = self._match(index.get(spans[i].group(0).lower(), ()), spans, i, text)
             if found is None:
                 i += 1
                 continue
             n, (kind, value) = found
-            out.append(text[pos:spans[i].start()])
-            out.append(inline_phonemes(value) if kind == "ipa" else value)
-            pos = spans[i + n - 1].end()
+            out.append((spans[i].start(), spans[i + n - 1].end(), kind, value))
             i += n
+        return out
+
+    def apply(self, text: str) -> str:
+        """`text` with each entry's word respelled or made an inline phoneme piece."""
+        out: list[str] = []
+        pos = 0
+        for start, end, kind, value in self.matches(text):
+            out.append(text[pos:start])
+            out.append(inline_phonemes(value) if kind == "ipa" else value)
+            pos = end
         out.append(text[pos:])
         return "".join(out)
 

@@ -3,10 +3,25 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 PHONEME_BLOCK = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
 """Piper-style raw phonemes: `[[ həlˈoʊ ]]` is spoken as written."""
+
+
+@dataclass(frozen=True)
+class SourceSpan:
+    """Where a run of spoken words came from: `Speech.text[start:end]` reads
+    `source[src_start:src_end]` of the caller's input as sent (the raw text, or the SSML
+    document). A word read as written has its own span; a group ("five dollars" from
+    `$5`) one span over all its words."""
+
+    start: int
+    """Offset of the run in Speech.text."""
+    end: int
+    src_start: int
+    """Offset in the caller's input as sent (raw text, or the SSML document)."""
+    src_end: int
 
 
 @dataclass(frozen=True)
@@ -15,6 +30,9 @@ class Speech:
     """Normalized text: words only, punctuation kept for prosody and clause splitting."""
     rate: float = 1.0
     """Speaking-rate multiplier (2.0 = twice as fast)."""
+    spans: tuple[SourceSpan, ...] = field(default=(), compare=False)
+    """Sorted, non-overlapping; every spoken word of `text` inside exactly one (punctuation
+    may fall outside). Not compared: two Speech are equal when they say the same."""
 
 
 @dataclass(frozen=True)
@@ -65,6 +83,30 @@ def split_inline(text: str) -> list[tuple[str, bool]]:
     return parts
 
 
+def shift_spans(spans: tuple[SourceSpan, ...], by: int) -> tuple[SourceSpan, ...]:
+    """Spans moved `by` characters along Speech.text."""
+    return tuple(SourceSpan(s.start + by, s.end + by, s.src_start, s.src_end) for s in spans)
+
+
+def _stripped(speech: Speech) -> tuple[str, tuple[SourceSpan, ...]]:
+    """A Speech's text stripped, and its spans moved (and clipped) along with it."""
+    lead = len(speech.text) - len(speech.text.lstrip())
+    text = speech.text.strip()
+    spans = tuple(SourceSpan(max(s.start - lead, 0), min(s.end - lead, len(text)),
+                             s.src_start, s.src_end)
+                  for s in speech.spans if s.end - lead > 0 and s.start - lead < len(text))
+    return text, spans
+
+
+def join_speech(first: Speech, second: Speech) -> Speech:
+    """Two Speech segments as one (one space between), spans carried."""
+    a, a_spans = _stripped(first)
+    b, b_spans = _stripped(second)
+    if not a or not b:
+        return Speech(a or b, second.rate, a_spans or b_spans)
+    return Speech(f"{a} {b}", second.rate, a_spans + shift_spans(b_spans, len(a) + 1))
+
+
 def merge_speech(segments: list[Segment]) -> list[Segment]:
     """Adjacent Speech segments at the same rate joined into one, so a sentence cut by
     markup (`<sub>`, `<phoneme>`, a lexicon word) is planned and spoken as one."""
@@ -72,7 +114,7 @@ def merge_speech(segments: list[Segment]) -> list[Segment]:
     for seg in segments:
         last = out[-1] if out else None
         if isinstance(seg, Speech) and isinstance(last, Speech) and last.rate == seg.rate:
-            out[-1] = Speech(f"{last.text.rstrip()} {seg.text.lstrip()}".strip(), seg.rate)
+            out[-1] = join_speech(last, seg)
         else:
             out.append(seg)
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from cosyvoiced.tts.frontend.normalize.en_calls import spell
 from cosyvoiced.tts.frontend.normalize.en_dates import dates, times
 from cosyvoiced.tts.frontend.normalize.en_numbers import (
     DIGIT_WORDS,
@@ -69,7 +70,7 @@ def spell_code(code: str, *, phonetic: bool = True) -> str:
 
 
 def _code(m: re.Match[str]) -> str:
-    return spell_code(m.group(0)) + ","
+    return spell(m.group(0))
 
 
 def characters(text: str) -> str:

@@ -1,0 +1,190 @@
+"""What call centers need beyond NeMo's grammars: readings decided before tagging.
+
+Each rule finds its matches in the raw text and reads them itself; `en_read` leaves
+what they cover alone and hands the rest to the grammars. Phone numbers in the groups
+agents read (short pauses between them), account/order/card-ending/reference numbers
+digit by digit, confirmation codes letter by letter ("Q X four four seven one B"; the
+"Q as in Quebec" style only where asked), time zones and the street and office
+abbreviations NeMo leaves as written, in full.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from cosyvoiced.tts.frontend.normalize.en_numbers import (
+    DIGIT_WORDS,
+    cardinal,
+    digits,
+    grouped_digits,
+)
+from cosyvoiced.tts.frontend.segments import inline_phonemes
+
+Claim = tuple[int, int, str]
+"""(start, end, spoken) of a stretch of the input a rule reads."""
+
+NATO = {
+    "A": "Alpha", "B": "Bravo", "C": "Charlie", "D": "Delta", "E": "Echo", "F": "Foxtrot",
+    "G": "Golf", "H": "Hotel", "I": "India", "J": "Juliett", "K": "Kilo", "L": "Lima",
+    "M": "Mike", "N": "November", "O": "Oscar", "P": "Papa", "Q": "Quebec", "R": "Romeo",
+    "S": "Sierra", "T": "Tango", "U": "Uniform", "V": "Victor", "W": "Whiskey", "X": "X-ray",
+    "Y": "Yankee", "Z": "Zulu",
+}
+"""The "as in" words of the phonetic spelling style."""
+LETTER_A = inline_phonemes("ˈeɪ")
+"""The letter A alone: espeak-ng reads a lone "A" as the article."""
+
+# -- phone numbers -----------------------------------------------------------------------
+PHONE_RE = re.compile(
+    r"(?<![\w+-])(\+?1[-. ]?)?(\(\d{3}\)[-. ]?|\d{3}[-. ])(\d{3})[-. ](\d{4})(?![\w-])"
+    r"(?:,?\s*(?:ext\.?|x|extension)\s*(\d{1,6})\b)?", re.IGNORECASE)
+
+
+def _group(ds: str) -> str:
+    """An area code such as 800 reads "eight hundred", as agents (and NeMo) say it."""
+    if len(ds) == 3 and ds.endswith("00") and ds[0] != "0":
+        return f"{DIGIT_WORDS[int(ds[0])]} hundred"
+    return digits(ds)
+
+
+def phone(m: re.Match[str]) -> str:
+    """"+1 (800) 555-0199 ext. 42" -> "plus one, eight hundred, five five five, zero one
+    nine nine, extension four two"."""
+    groups = []
+    if m.group(1):
+        groups.append("plus one" if m.group(1).startswith("+") else "one")
+    groups.append(_group(re.sub(r"\D", "", m.group(2))))
+    groups.append(digits(m.group(3)))
+    groups.append(digits(m.group(4)))
+    if m.group(5):
+        groups.append("extension " + digits(m.group(5)))
+    return ", ".join(groups)
+
+
+# -- numbers read digit by digit in context ---------------------------------------------------
+ID_RE = re.compile(
+    r"\b(?:(?:account|claim|policy|order|reference|ref\.?|member|ticket|case|invoice|"
+    r"tracking|confirmation|routing|card|ID|PIN|transaction|customer|serial|model)"
+    r"(?:\s+(?:number|no\.|num\.|#|ID|code))?:?\s*#?\s*|"
+    r"(?:ending|ends|ended)\s+(?:in|with)\s+|last\s+(?:four|4)(?:\s+digits)?(?:\s+of)?\s+)"
+    r"(\d(?:\d|[ -](?=\d))*\d)(?![\w.,]\d)", re.IGNORECASE)
+HASH_RE = re.compile(r"(?<![\w#])#(?=\d)")
+
+
+def id_number(ds: str) -> str:
+    """Digits one by one, in groups of four with short pauses when long."""
+    return grouped_digits(ds)
+
+
+# -- codes ---------------------------------------------------------------------------------
+CODE_RE = re.compile(
+    r"(?<![\w$.:/-])(?=[A-Z0-9-]*[A-Z])(?=[A-Z0-9-]*\d)[A-Z0-9]+(?:-[A-Z0-9]+)*(?![\w-]|\.\w)")
+NOT_CODE_RE = re.compile(
+    r"\d+(?:ST|ND|RD|TH|AM|PM|K|M|B|KB|MB|GB|TB|MP|HZ|KHZ|MHZ|GHZ|KG|LB|LBS|OZ|MM|CM|KM|FT|"
+    r"MPH|D|S|V|W|KW|KWH|X)|[A-Z]\d{1,2}|[A-Z]{2,}-\d{1,2}|[1-4]Q\d\d", re.IGNORECASE)
+"""Not read as codes (the grammars read them): 4GB, 10AM, 3D, B12, I95, COVID-19."""
+
+
+def spell(code: str, *, phonetic: bool = False) -> str:
+    """"QX47B" -> "Q X four seven B"; phonetic: "Q as in Quebec, X as in X-ray, four,
+    seven, B as in Bravo"."""
+    out = []
+    for c in code.upper():
+        if c.isdecimal():
+            out.append(DIGIT_WORDS[int(c)])
+        elif c in NATO:
+            letter = LETTER_A if c == "A" else c
+            out.append(f"{letter} as in {NATO[c]}" if phonetic else letter)
+    return (", " if phonetic else " ").join(out)
+
+
+def _is_code(token: str) -> bool:
+    """Letters in runs of one or two (a longer run is a word: 1-800-GO-U-HAUL), and a
+    run of three digits or a digit first (B2A23C is NeMo's serial: "B two A twenty three
+    C")."""
+    alnum = token.replace("-", "")
+    if len(alnum) < 3 or NOT_CODE_RE.fullmatch(token):
+        return False
+    if any(len(run) > 2 for run in re.findall(r"[A-Z]+", alnum)):
+        return False
+    return alnum[0].isdecimal() or any(len(r) >= 3 for r in re.findall(r"\d+", alnum))
+
+
+# -- ranges ---------------------------------------------------------------------------------
+RANGE_RE = re.compile(
+    r"(?<![\w.,$-])(\d{1,3})\s?[-–]\s?(\d{1,3})(?=\s+(?:business\s+|working\s+|calendar\s+)?"
+    r"(?:days|weeks|months|years|hours|minutes|seconds|times|items|people|percent|"
+    r"nights|calls|attempts|digits|characters|inches|feet|miles|pounds)\b)")
+""""3-5 business days" -> "three to five business days" (NeMo says "three - five")."""
+
+
+# -- time zones and abbreviations ------------------------------------------------------------
+ZONES = {
+    "EST": "Eastern Standard Time", "EDT": "Eastern Daylight Time", "ET": "Eastern Time",
+    "CST": "Central Standard Time", "CDT": "Central Daylight Time", "CT": "Central Time",
+    "MST": "Mountain Standard Time", "MDT": "Mountain Daylight Time", "MT": "Mountain Time",
+    "PST": "Pacific Standard Time", "PDT": "Pacific Daylight Time", "PT": "Pacific Time",
+    "AKST": "Alaska Standard Time", "HST": "Hawaii Standard Time", "UTC": "U T C",
+    "GMT": "Greenwich Mean Time",
+}
+ZONE_RE = re.compile(r"\b(" + "|".join(z for z in ZONES if len(z) > 2) + r")\b|"
+                     r"(?:\b[AaPp]\.?[Mm]\.?|\d:\d\d)\s(ET|CT|MT|PT)\b")
+"""Three- and four-letter zones anywhere; ET, CT, MT, PT only after a time."""
+ABBREVIATIONS = {
+    "Ave.": "Avenue", "Blvd.": "Boulevard", "Rd.": "Road", "Apt.": "apartment",
+    "Ste.": "suite", "Dept.": "department", "Ln.": "Lane", "Ct.": "Court", "Hwy.": "highway",
+    "Pkwy.": "Parkway", "ext.": "extension", "Ext.": "extension", "approx.": "approximately",
+    "Jan.": "January", "Feb.": "February", "Mar.": "March", "Apr.": "April",
+    "Aug.": "August", "Sep.": "September", "Sept.": "September", "Oct.": "October",
+    "Nov.": "November", "Dec.": "December", "Mon.": "Monday", "Tue.": "Tuesday",
+    "Wed.": "Wednesday", "Thu.": "Thursday", "Fri.": "Friday", "Sat.": "Saturday",
+    "Sun.": "Sunday", "hrs.": "hours", "min.": "minutes", "mins.": "minutes",
+}
+MONTH_ABBR = frozenset(("Jan. Feb. Mar. Apr. Aug. Sep. Sept. Oct. Nov. Dec.").split())
+ABBR_RE = re.compile(r"(?<![\w.])(" + "|".join(re.escape(a) for a in ABBREVIATIONS)
+                     + r"|St\.)(?=\s|$|,|;)")
+
+
+def _street_or_saint(text: str, start: int, end: int) -> str:
+    """"Main St." is a street; "St. Louis" (no name before it) a saint."""
+    before = text[:start].rstrip()
+    after = text[end:].lstrip()
+    named_before = bool(re.search(r"[A-Z][a-z]+$|\d+(?:st|nd|rd|th)$", before))
+    if not named_before and after[:1].isupper():
+        return "Saint"
+    return "Street"
+
+
+def claims(text: str, *, phonetic: bool = False) -> Iterator[Claim]:
+    """Every stretch of `text` these rules read, in order, never overlapping."""
+    found: list[Claim] = []
+    for m in PHONE_RE.finditer(text):
+        found.append((m.start(), m.end(), phone(m)))
+    for m in ID_RE.finditer(text):
+        found.append((m.start(1), m.end(1), id_number(m.group(1))))
+    for m in CODE_RE.finditer(text):
+        if _is_code(m.group(0)):
+            found.append((m.start(), m.end(), spell(m.group(0), phonetic=phonetic)))
+    for m in HASH_RE.finditer(text):
+        found.append((m.start(), m.end(), "number"))
+    for m in RANGE_RE.finditer(text):
+        found.append((m.start(), m.end(),
+                      f"{cardinal(int(m.group(1)))} to {cardinal(int(m.group(2)))}"))
+    for m in ZONE_RE.finditer(text):
+        g = 1 if m.group(1) else 2
+        found.append((m.start(g), m.end(g), ZONES[m.group(g)]))
+    for m in ABBR_RE.finditer(text):
+        word = m.group(1)
+        if word in MONTH_ABBR and (re.match(r"\s*\d", text[m.end():])
+                                   or re.search(r"\d\s*$", text[:m.start()])):
+            continue  # a date: the grammars read it
+        spoken = (_street_or_saint(text, m.start(), m.end()) if word == "St."
+                  else ABBREVIATIONS[word])
+        found.append((m.start(), m.end(), spoken))
+    found.sort(key=lambda c: (c[0], -(c[1] - c[0])))
+    end = 0
+    for claim in found:  # the first (and longest) at a place wins
+        if claim[0] >= end:
+            yield claim
+            end = claim[1]

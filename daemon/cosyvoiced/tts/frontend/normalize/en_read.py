@@ -1,0 +1,172 @@
+"""English text to spoken pieces, each with the span of the input it reads.
+
+Plain words are never tagged: a cheap check per token (letters and punctuation, not a
+whitelisted abbreviation) keeps them as they are, one piece each. The call-center rules
+(`en_calls`) read their matches first; what is left that holds digits, symbols or
+abbreviations is cut into short windows, each joined with the plain words next to it
+that can belong to the same semiotic token (month names, am/pm, units, scale and
+currency words), and each window is read by NeMo's grammars (`en_fst`, cached per
+window) or, where they are not built, by the hand-written rules (`en_text`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from cosyvoiced.tts.frontend.normalize.en_calls import claims
+
+Piece = tuple[str, int, int]
+"""(spoken words, start, end): the words and the span of the input they read."""
+
+PLAIN_RE = re.compile(r"[\"'(\[{]*[A-Za-z]+(?:['’][A-Za-z]+)*[\"')\]},.;:!?]*")
+TOKEN_RE = re.compile(r"\S+")
+MONTHS = ("january february march april may june july august september october november "
+          "december jan feb mar apr jun jul aug sep sept oct nov dec").split()
+JOINERS = frozenset(MONTHS + (
+    "am pm a.m. p.m. am. pm. thousand million billion trillion hundred dollars dollar cents "
+    "cent euros euro pounds pound percent kg g mg lb lbs oz km m cm mm mi ft in inch inches "
+    "mph kph l ml gal kb mb gb tb mbps gbps ms sec secs s min mins h hr hrs kw kwh w v hz "
+    "khz mhz ghz bc ad ce bce st nd rd th b k bn mn").split())
+"""Plain words joined to a window beside them: they belong to its semiotic token."""
+STREET_WORDS = ("st|street|ave|avenue|expy|expressway|hwy|highway|dr|drive|ct|court|blvd|"
+                "boulevard|rd|road|ln|lane|way|pl|place|pkwy|parkway|ter|terrace|cir|circle")
+ADDRESS_RE = re.compile(
+    r"(?<![\w.,-])\d{1,6}(?:\s+[NSEW]\.?)?(?:\s+(?:\d+(?:st|nd|rd|th)|[A-Z][A-Za-z]*)){1,3}\s+"
+    r"(?i:" + STREET_WORDS + r")\b\.?(?:,\s*[A-Z][a-z]+(?:\s+[A-Z][a-z]+){0,2})?"
+    r"(?:,\s*[A-Z]{2}\b)?(?:,?\s*\d{5}(?:-\d{4})?\b)?")
+"""A street address, read by the grammars in one window: "708 N 1st St, San City"."""
+MAX_WINDOW_CHARS = 80
+_TRAIL = ".,;:!?\"')]}"
+_AMPM_RE = re.compile(r"\b([AP])M\b")
+
+
+def _is_plain(token: str, words: frozenset[str]) -> bool:
+    if not PLAIN_RE.fullmatch(token):
+        return False
+    if token in words or token.rstrip(",;:!?\"')]}") in words:
+        return False
+    core = token.strip(_TRAIL + "\"'([{")
+    # roman numerals (IV, XII) and all-caps abbreviations with dots are the tagger's
+    return not (len(core) > 1 and re.fullmatch(r"[IVXLCDM]+", core))
+
+
+def _joins(token: str) -> bool:
+    word = token.rstrip(",;:!?").lower()
+    return word in JOINERS or word.rstrip(".") in JOINERS
+
+
+def windows(text: str, start: int, end: int, words: frozenset[str],
+            context: int = 0) -> list[tuple[int, int, bool]]:
+    """(start, end, needs reading) runs of `text[start:end]`: plain words one by one, and
+    windows of tokens that need the tagger, with their joinable neighbours."""
+    tokens = [(m.start(), m.end(), m.group(0)) for m in TOKEN_RE.finditer(text, start, end)]
+    special = [not _is_plain(t, words) for _, _, t in tokens]
+    take = list(special)
+    for i, s in enumerate(special):
+        if not s:
+            continue
+        core = tokens[i][2].strip(_TRAIL + "\"'([{")
+        for j in range(max(0, i - context), min(len(tokens), i + context + 1)):
+            take[j] = True
+        if tokens[i][2] in words and tokens[i][2].endswith(".") and i + 1 < len(tokens):
+            take[i + 1] = True  # "Dr. Evil"
+        if not any(c.isalnum() for c in tokens[i][2]) or re.fullmatch(r"[IVXLCDM]+", core):
+            # a lone symbol ("/", "=") or a roman numeral reads by its neighbours
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(tokens):
+                    take[j] = True
+        j = i + 1  # "100 million kg", "5th of May", "5:30 p.m."
+        while j < len(tokens) and not special[j] and (
+                _joins(tokens[j][2]) or (tokens[j][2].lower() == "of" and j + 1 < len(tokens)
+                                         and _joins(tokens[j + 1][2]))):
+            take[j] = True
+            j += 1
+        j = i - 1  # "March 14", "the 26th May"
+        while j >= 0 and not special[j] and _joins(tokens[j][2]):
+            take[j] = True
+            j -= 1
+        if (j >= 0 and tokens[j][2].lower() == "the" and re.match(r"\d+(st|nd|rd|th)$", core)
+                and i + 1 < len(tokens) and _joins(tokens[i + 1][2])):
+            take[j] = True
+    out: list[tuple[int, int, bool]] = []
+    for (a, b, _), t in zip(tokens, take, strict=True):
+        if t and out and out[-1][2] and not _sentence_end(text, out[-1][1], a, words):
+            out[-1] = (out[-1][0], b, True)
+        else:
+            out.append((a, b, t))
+    return out
+
+
+def _sentence_end(text: str, end: int, nxt: int, words: frozenset[str]) -> bool:
+    """Whether a window ending at `end` ends a sentence before the token at `nxt` (not
+    after an abbreviation: "Dr. Smith")."""
+    if text[end - 1] in ";!?":
+        return True
+    if text[end - 1] != "." or not text[nxt:nxt + 1].isupper():
+        return False
+    return text[:end].rsplit(None, 1)[-1] not in words
+
+
+class EnglishReader:
+    """Reads English text as pieces; `window` reads one window (the grammars or rules)."""
+
+    def __init__(self, window: Callable[[str], str], words: frozenset[str] = frozenset(),
+                 *, context: int = 0, phonetic: bool = False,
+                 long_window: Callable[[str], str] | None = None) -> None:
+        self.window = window
+        self.words = words
+        self.context = context
+        """Plain words joined to each side of a window (the rules read by context)."""
+        self.phonetic = phonetic
+        self.long_window = long_window or window
+        """Reads a window longer than `MAX_WINDOW_CHARS` (the grammars' cost grows with
+        it: 100 kB of digits must not reach them)."""
+
+    def pieces(self, text: str) -> list[Piece]:
+        out: list[Piece] = []
+        pos = 0
+        streets = [(m.start(), m.end()) for m in ADDRESS_RE.finditer(text)]
+        found = [(a, b, self.window(text[a:b])) for a, b in streets]
+        found += [c for c in claims(text, phonetic=self.phonetic)
+                  if not any(a < c[1] and c[0] < b for a, b in streets)]
+        for a, b, spoken in sorted(found):
+            out.extend(self._rest(text, pos, a))
+            out.append((spoken, a, b))
+            pos = b
+        out.extend(self._rest(text, pos, len(text)))
+        return out
+
+    def _rest(self, text: str, start: int, end: int) -> list[Piece]:
+        out: list[Piece] = []
+        for a, b, read in windows(text, start, end, self.words, self.context):
+            chunk = text[a:b]
+            if read:
+                fn = self.window if len(chunk) <= MAX_WINDOW_CHARS else self.long_window
+                chunk = _AMPM_RE.sub(r"\1 M", fn(chunk))
+            if chunk.strip():
+                out.append((chunk.strip(), a, b))
+        return out
+
+    def __call__(self, text: str) -> str:
+        return join_pieces(self.pieces(text))[0]
+
+
+def join_pieces(pieces: list[Piece]) -> tuple[str, list[tuple[int, int, int, int]]]:
+    """The text the pieces say, and (start, end, src_start, src_end) of each piece that
+    holds a word: a space between pieces, none before punctuation."""
+    parts: list[str] = []
+    spans: list[tuple[int, int, int, int]] = []
+    length = 0
+    for spoken, a, b in pieces:
+        spoken = spoken.strip()
+        if not spoken:
+            continue
+        if parts and spoken[0] not in ".,;:!?":
+            parts.append(" ")
+            length += 1
+        if any(c.isalnum() for c in spoken) or "\ue000" in spoken:
+            spans.append((length, length + len(spoken), a, b))
+        parts.append(spoken)
+        length += len(spoken)
+    return "".join(parts), spans
