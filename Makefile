@@ -72,9 +72,19 @@ $(VENV)/.stamp-system: Makefile
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	touch $@
 
+# NeMo's English text-normalization grammars are built once (~40 s, then cached under the
+# state dir: configs/dev.toml's var/lib) by nemo_text_processing on pynini. Its declared
+# dependencies (transformers, pandas, ...) are never imported by the build: it is installed
+# without them, beside the few the build does import (~13 s of install).
+TN_BUILD_TOOLS := pynini==2.1.6.post1 sacremoses editdistance cdifflib
+TN_GRAMMARS := nemo_text_processing==1.2.0
+
 $(BIN)/.stamp-runtime: $(VENV)/.stamp-system pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e .
+	$(BIN)/python -m pip install -q $(TN_BUILD_TOOLS)
+	$(BIN)/python -m pip install -q --no-deps $(TN_GRAMMARS)
+	$(BIN)/python -m cosyvoiced.tts.frontend.normalize.grammars var/lib
 	touch $@
 
 $(BIN)/.stamp-test: $(BIN)/.stamp-runtime pyproject.toml
