@@ -72,8 +72,8 @@ $(VENV)/.stamp-system: Makefile
 	[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	touch $@
 
-# NeMo's English text-normalization grammars are built once (~40 s, then cached under the
-# state dir: configs/dev.toml's var/lib) by nemo_text_processing on pynini. Its declared
+# NeMo's English text-normalization grammars are built once (~40 s) into the venv
+# (share/cosyvoiced/tn/) by nemo_text_processing on pynini. Its declared
 # dependencies (transformers, pandas, ...) are never imported by the build: it is installed
 # without them, beside the few the build does import (~13 s of install).
 TN_BUILD_TOOLS := pynini==2.1.6.post1 sacremoses editdistance cdifflib
@@ -84,7 +84,7 @@ $(BIN)/.stamp-runtime: $(VENV)/.stamp-system pyproject.toml
 	$(BIN)/python -m pip install -q -e .
 	$(BIN)/python -m pip install -q $(TN_BUILD_TOOLS)
 	$(BIN)/python -m pip install -q --no-deps $(TN_GRAMMARS)
-	$(BIN)/python -m cosyvoiced.tts.frontend.normalize.grammars var/lib
+	$(BIN)/python -m cosyvoiced.tts.frontend.normalize.grammars
 	touch $@
 
 $(BIN)/.stamp-test: $(BIN)/.stamp-runtime pyproject.toml
@@ -95,6 +95,9 @@ $(BIN)/.stamp-test: $(BIN)/.stamp-runtime pyproject.toml
 install-system: $(VENV)/.stamp-system
 	$(SUDO) $(PYTHON) -m venv /opt/cosyvoiced
 	$(SUDO) /opt/cosyvoiced/bin/pip install -q .
+	$(SUDO) /opt/cosyvoiced/bin/pip install -q $(TN_BUILD_TOOLS)
+	$(SUDO) /opt/cosyvoiced/bin/pip install -q --no-deps $(TN_GRAMMARS)
+	$(SUDO) /opt/cosyvoiced/bin/python -m cosyvoiced.tts.frontend.normalize.grammars
 	$(SUDO) install -D -m 0644 systemd/cosyvoiced.service /etc/systemd/system/cosyvoiced.service
 	$(SUDO) install -D -m 0644 systemd/cosyvoiced.sysusers /usr/lib/sysusers.d/cosyvoiced.conf
 	$(SUDO) install -D -m 0644 systemd/cosyvoiced.tmpfiles /usr/lib/tmpfiles.d/cosyvoiced.conf

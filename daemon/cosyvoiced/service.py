@@ -34,6 +34,7 @@ from cosyvoiced.serve.speech import PoolSpeech, Speech
 from cosyvoiced.serve.streams import Streams
 from cosyvoiced.serve.wyoming.server import WyomingServer
 from cosyvoiced.tts.frontend.lexicon import Lexicon, LexiconError, load_lexicon
+from cosyvoiced.tts.frontend.normalize.grammars import ensure as ensure_grammars
 from cosyvoiced.workers.messages import SayDone
 from cosyvoiced.workers.pool.pool import WorkerPool
 from cosyvoiced.workers.preflight import model_problems
@@ -208,6 +209,9 @@ class Daemon:
             problems.append(ConfigProblem(source, "tts.lexicon", str(exc)))
         if problems:
             raise ConfigError(problems)
+        # NeMo's English grammars: found, or built once (a child process, ~40 s) where
+        # missing and buildable, before any worker loads them; never on a request's path
+        await asyncio.to_thread(ensure_grammars, self.config.service.cache_dir)
         # Workers load and warm up (one synthesis, one VAD run each) before READY=1.
         self.pool = WorkerPool.from_config(self.config, health=self.health,
                                            publish=self._publish, said=self._said,

@@ -7,6 +7,7 @@ Languages plug in through `register(language, normalizer)`; a voice's language f
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -54,6 +55,10 @@ def languages() -> list[str]:
     return sorted(_REGISTRY)
 
 
+_LOADED: dict[str, Reader] = {}
+"""Readers on grammars loaded in this process, by directory (loaded once)."""
+
+
 def use_grammars(directory: str | Path | None) -> bool:
     """English read by NeMo's grammars built in `directory` (`grammars.grammar_dir`), or
     by the rules where None or unusable (logged); True when the grammars are in use.
@@ -63,15 +68,38 @@ def use_grammars(directory: str | Path | None) -> bool:
     if directory is None:
         _REGISTRY["en"] = RULES_READER.pieces
         return False
-    try:
-        grammars = EnglishGrammars(directory)
-    except GrammarError as exc:
-        log.warning("tn_grammars_unusable", path=str(directory), error=str(exc))
-        _REGISTRY["en"] = RULES_READER.pieces
-        return False
-    reader = EnglishReader(grammars.normalize, grammars.words, long_window=normalize_en)
-    _REGISTRY["en"] = reader.pieces
+    key = str(Path(directory).resolve())
+    if key not in _LOADED:
+        try:
+            grammars = EnglishGrammars(directory)
+        except GrammarError as exc:
+            log.warning("tn_grammars_unusable", path=str(directory), error=str(exc))
+            _REGISTRY["en"] = RULES_READER.pieces
+            return False
+        _LOADED[key] = EnglishReader(grammars.normalize, grammars.words,
+                                     long_window=normalize_en).pieces
+    _REGISTRY["en"] = _LOADED[key]
     return True
+
+
+def load_grammars(cache_dir: str | Path | None = None) -> bool:
+    """English read by the built grammars (`grammars.find`: under `cache_dir`, or the
+    install's; `grammars.ensure` builds them before the workers start), or by the rules
+    where there are none (logged: `tn_grammars_missing`). True when the grammars are in
+    use."""
+    from cosyvoiced.tts.frontend.normalize.grammars import find, grammar_dir
+
+    directory = find(cache_dir)
+    if directory is None:
+        log.warning("tn_grammars_missing", path=str(grammar_dir(cache_dir)),
+                    hint="English is read by the hand-written rules")
+        return use_grammars(None)
+    t0 = time.monotonic()
+    ok = use_grammars(directory)
+    if ok:
+        log.info("tn_grammars_loaded", path=str(directory),
+                 seconds=round(time.monotonic() - t0, 3))
+    return ok
 
 
 def normalize_pieces(text: str, language: str = "en") -> list[Piece]:
@@ -157,4 +185,4 @@ def plain_segments(text: str, language: str = "en", rate: float = 1.0,
 
 
 __all__ = ["Pause", "Phonemes", "Segment", "Speech", "normalize_text", "normalize_pieces",
-           "plain_segments", "register", "languages", "use_grammars"]
+           "plain_segments", "register", "languages", "use_grammars", "load_grammars"]

@@ -1,13 +1,14 @@
 """Where NeMo's English grammars are kept, and building them when they are missing.
 
-The grammars live in `<state_dir>/tn/<key>/`, the key naming the NeMo version they are
-built from and a hash of the build's settings (a new version or new settings build anew,
-beside the old). `make install` builds them (`python -m
-cosyvoiced.tts.frontend.normalize.grammars STATE_DIR`); the daemon's start builds them
-too where they are missing and the build tools (`nemo_text_processing`, `pynini`) are
-installed, in a child process, before any worker starts: never on a request's path.
-Without them the daemon still starts and says so (`tn_grammars_missing`): English is then
-read by the hand-written rules.
+A build lives in a directory named by its key: the NeMo version it is built from and a
+hash of the build's settings (a new version or new settings build anew, beside the old).
+Installing builds it into the environment, `<sys.prefix>/share/cosyvoiced/tn/<key>/`
+(`make install` runs `python -m cosyvoiced.tts.frontend.normalize.grammars`), like any
+compiled part of the install; the daemon looks there and in `<service.cache_dir>/tn/<key>/`,
+and where neither holds a build and the build tools (`nemo_text_processing`, `pynini`)
+are installed, its start builds one into the cache dir, in a child process, before any
+worker starts: never on a request's path. Without them the daemon still starts and says
+so (`tn_grammars_missing`): English is then read by the hand-written rules.
 """
 
 from __future__ import annotations
@@ -39,8 +40,21 @@ def grammar_key() -> str:
     return f"en-nemo{NEMO_VERSION}-{digest}"
 
 
-def grammar_dir(state_dir: str | Path) -> Path:
-    return Path(state_dir) / "tn" / grammar_key()
+INSTALLED = Path(sys.prefix) / "share" / "cosyvoiced" / "tn"
+"""Where the install builds the grammars (one directory per key)."""
+
+
+def grammar_dir(cache_dir: str | Path | None) -> Path:
+    """Where a build for `cache_dir` goes (None: the install's place)."""
+    return (Path(cache_dir) / "tn" if cache_dir is not None else INSTALLED) / grammar_key()
+
+
+def find(cache_dir: str | Path | None = None) -> Path | None:
+    """The built grammars: under `cache_dir` first, else the install's; None if neither."""
+    for directory in (grammar_dir(cache_dir), grammar_dir(None)):
+        if built(directory):
+            return directory
+    return None
 
 
 def built(directory: Path) -> bool:
@@ -53,12 +67,14 @@ def can_build() -> bool:
                for m in ("nemo_text_processing", "pynini"))
 
 
-def ensure(state_dir: str | Path) -> Path | None:
-    """The grammar directory under `state_dir`, built first where missing and buildable;
-    None (logged) where it is missing and cannot be built or the build failed."""
-    directory = grammar_dir(state_dir)
-    if built(directory):
-        return directory
+def ensure(cache_dir: str | Path | None = None) -> Path | None:
+    """The built grammars (`find`), built first into `grammar_dir(cache_dir)` where
+    missing and buildable; None (logged) where missing and not buildable, or the build
+    failed."""
+    found = find(cache_dir)
+    if found is not None:
+        return found
+    directory = grammar_dir(cache_dir)
     if not can_build():
         log.warning("tn_grammars_missing", path=str(directory),
                     hint="English is read by the hand-written rules; `make install` "
@@ -86,12 +102,13 @@ def ensure(state_dir: str | Path) -> Path | None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m cosyvoiced.tts.frontend.normalize.grammars STATE_DIR",
+    """`grammars [CACHE_DIR]`: build where missing (default: into the install)."""
+    if len(argv) > 1:
+        print("usage: python -m cosyvoiced.tts.frontend.normalize.grammars [CACHE_DIR]",
               file=sys.stderr)
         return 2
     t0 = time.monotonic()
-    directory = ensure(argv[0])
+    directory = ensure(argv[0] if argv else None)
     if directory is None:
         print("English text-normalization grammars: not built (see the log above)",
               file=sys.stderr)
