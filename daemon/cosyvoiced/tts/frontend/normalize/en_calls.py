@@ -66,15 +66,19 @@ def phone(m: re.Match[str]) -> str:
 ID_RE = re.compile(
     r"\b(?:(?:account|claim|policy|order|reference|ref\.?|member|ticket|case|invoice|"
     r"tracking|confirmation|routing|card|ID|PIN|transaction|customer|serial|model)"
-    r"(?:\s+(?:number|no\.|num\.|#|ID|code))?:?\s*#?\s*|"
+    r"(?:\s+(?:number|no\.|num\.|#|ID|code))?(?:\s+(?:is|was|will\s+be))?:?\s*#?\s*|"
     r"(?:ending|ends|ended)\s+(?:in|with)\s+|last\s+(?:four|4)(?:\s+digits)?(?:\s+of)?\s+)"
     r"(\d(?:\d|[ -](?=\d))*\d)(?![\w.,]\d)", re.IGNORECASE)
 HASH_RE = re.compile(r"(?<![\w#])#(?=\d)")
 
 
-def id_number(ds: str) -> str:
-    """Digits one by one, in groups of four with short pauses when long."""
-    return grouped_digits(ds)
+def id_number(written: str) -> str:
+    """Digits one by one: in the groups written ("6620 1188 42"), or in groups of four
+    when written as one long run; short pauses between groups."""
+    groups = re.split(r"[ -]", written)
+    if len(groups) > 1:
+        return ", ".join(digits(g) for g in groups)
+    return grouped_digits(written)
 
 
 # -- codes ---------------------------------------------------------------------------------
@@ -84,6 +88,13 @@ NOT_CODE_RE = re.compile(
     r"\d+(?:ST|ND|RD|TH|AM|PM|K|M|B|KB|MB|GB|TB|MP|HZ|KHZ|MHZ|GHZ|KG|LB|LBS|OZ|MM|CM|KM|FT|"
     r"MPH|D|S|V|W|KW|KWH|X)|[A-Z]\d{1,2}|[A-Z]{2,}-\d{1,2}|[1-4]Q\d\d", re.IGNORECASE)
 """Not read as codes (the grammars read them): 4GB, 10AM, 3D, B12, I95, COVID-19."""
+
+
+CODE_CONTEXT_RE = re.compile(
+    r"\b(?:code|reference|confirmation|booking|ticket|tracking|serial|model|voucher|coupon|"
+    r"promo|PNR|locator)(?:\s+(?:number|no\.|#|ID|code))?(?:\s+(?:is|was))?:?\s*#?"
+    r"([A-Za-z0-9]*\d[A-Za-z0-9]*(?:-[A-Za-z0-9]+)*)(?![\w-]|\.\w)", re.IGNORECASE)
+"""A code named as one ("confirmation code QF8-2LM") is spelled whatever its shape."""
 
 
 def spell(code: str, *, phonetic: bool = False) -> str:
@@ -159,10 +170,13 @@ def _street_or_saint(text: str, start: int, end: int) -> str:
 def claims(text: str, *, phonetic: bool = False) -> Iterator[Claim]:
     """Every stretch of `text` these rules read, in order, never overlapping."""
     found: list[Claim] = []
+    for m in ID_RE.finditer(text):  # before a phone number at the same place
+        found.append((m.start(1), m.end(1), id_number(m.group(1))))
     for m in PHONE_RE.finditer(text):
         found.append((m.start(), m.end(), phone(m)))
-    for m in ID_RE.finditer(text):
-        found.append((m.start(1), m.end(1), id_number(m.group(1))))
+    for m in CODE_CONTEXT_RE.finditer(text):
+        if any(c.isalpha() for c in m.group(1)):
+            found.append((m.start(1), m.end(1), spell(m.group(1), phonetic=phonetic)))
     for m in CODE_RE.finditer(text):
         if _is_code(m.group(0)):
             found.append((m.start(), m.end(), spell(m.group(0), phonetic=phonetic)))
@@ -182,7 +196,7 @@ def claims(text: str, *, phonetic: bool = False) -> Iterator[Claim]:
         spoken = (_street_or_saint(text, m.start(), m.end()) if word == "St."
                   else ABBREVIATIONS[word])
         found.append((m.start(), m.end(), spoken))
-    found.sort(key=lambda c: (c[0], -(c[1] - c[0])))
+    found.sort(key=lambda c: c[0])  # stable: at one place, the rule found first wins
     end = 0
     for claim in found:  # the first (and longest) at a place wins
         if claim[0] >= end:

@@ -39,6 +39,16 @@ ADDRESS_RE = re.compile(
 MAX_WINDOW_CHARS = 80
 _TRAIL = ".,;:!?\"')]}"
 _AMPM_RE = re.compile(r"\b([AP])M\b")
+UNIT_WORDS = {"KB": "kilobytes", "MB": "megabytes", "GB": "gigabytes", "TB": "terabytes",
+              "kB": "kilobytes", "Gb": "gigabits", "Mb": "megabits"}
+"""Units the grammars leave as written after a number."""
+_UNIT_RE = re.compile(r"(?<=[a-z] )(" + "|".join(UNIT_WORDS) + r")\b")
+
+
+def _tidy(words: str) -> str:
+    """A window's reading with "PM" as letters and bare units in full."""
+    words = _AMPM_RE.sub(r"\1 M", words)
+    return _UNIT_RE.sub(lambda m: UNIT_WORDS[m.group(1)], words)
 
 
 def _is_plain(token: str, words: frozenset[str]) -> bool:
@@ -143,7 +153,7 @@ class EnglishReader:
             chunk = text[a:b]
             if read:
                 fn = self.window if len(chunk) <= MAX_WINDOW_CHARS else self.long_window
-                chunk = _AMPM_RE.sub(r"\1 M", fn(chunk))
+                chunk = _tidy(fn(chunk))
             if chunk.strip():
                 out.append((chunk.strip(), a, b))
         return out
