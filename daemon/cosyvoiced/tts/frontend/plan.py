@@ -14,9 +14,9 @@ first audio leaves early.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from cosyvoiced.tts.frontend.segments import Pause, Phonemes, Segment, Speech
+from cosyvoiced.tts.frontend.segments import Pause, Phonemes, Segment, SourceSpan, Speech
 
 SENTENCE_RE = re.compile(r"(?<=[.!?])[\"')\]]*\s+")
 CLAUSE_RE = re.compile(r"(?<=[,;:])\s+")
@@ -36,6 +36,9 @@ class Clause:
     """Silence appended after this clause."""
     cut: bool = False
     """Ends mid-phrase (a length cut, no punctuation): no pause, trailing silence trimmed."""
+    spans: tuple[SourceSpan, ...] = field(default=(), compare=False)
+    """The Speech's spans that fall in this clause, rebased to `text` (a span a cut
+    divides is in both clauses, each part pointing at the same input)."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,29 @@ def _merge_short(parts: list[str], min_chars: int) -> list[str]:
     return out
 
 
+def rebase(text: str, spans: tuple[SourceSpan, ...], clause: str,
+           cursor: int) -> tuple[tuple[SourceSpan, ...], int]:
+    """The `spans` of `text` that fall in `clause` (its words, in order, from `cursor` on:
+    planning only cuts and re-joins at whitespace), as offsets in `clause`; and where the
+    next clause starts in `text`."""
+    where: list[int] = []  # per character of clause: its offset in text (-1: a space)
+    pos = cursor
+    for ch in clause:
+        if ch.isspace():
+            where.append(-1)
+            continue
+        while pos < len(text) and text[pos] != ch:
+            pos += 1
+        where.append(pos)
+        pos += 1
+    out: list[SourceSpan] = []
+    for span in spans:
+        inside = [i for i, w in enumerate(where) if span.start <= w < span.end]
+        if inside:
+            out.append(SourceSpan(inside[0], inside[-1] + 1, span.src_start, span.src_end))
+    return tuple(out), pos
+
+
 def plan(segments: list[Segment], limits: PlanLimits) -> list[Clause]:
     """Clauses in speaking order; the last one carries no trailing silence."""
     clauses: list[Clause] = []
@@ -132,7 +158,7 @@ def plan(segments: list[Segment], limits: PlanLimits) -> list[Clause]:
         if clauses:
             last = clauses[-1]
             clauses[-1] = Clause(last.text, last.phonemes, last.rate, last.pause_after_ms + ms,
-                                 last.cut)
+                                 last.cut, last.spans)
         else:
             clauses.append(Clause("", False, 1.0, ms))
 
@@ -145,6 +171,7 @@ def plan(segments: list[Segment], limits: PlanLimits) -> list[Clause]:
         if isinstance(seg, Phonemes):
             clauses.append(Clause(seg.phonemes, True, seg.rate, limits.clause_silence_ms))
         elif isinstance(seg, Speech):
+            cursor = 0  # where the next clause's text starts in seg.text
             for sentence in SENTENCE_RE.split(seg.text.strip()):
                 if not sentence.strip():
                     continue
@@ -153,9 +180,11 @@ def plan(segments: list[Segment], limits: PlanLimits) -> list[Clause]:
                     end = n == len(pieces) - 1
                     pause = (limits.sentence_silence_ms if end else
                              0 if cut else limits.clause_silence_ms)
-                    clauses.append(Clause(piece, False, seg.rate, pause, cut))
+                    spans, cursor = rebase(seg.text, seg.spans, piece, cursor)
+                    clauses.append(Clause(piece, False, seg.rate, pause, cut, spans))
     if clauses:
         last = clauses[-1]
         if last.text:
-            clauses[-1] = Clause(last.text, last.phonemes, last.rate, explicit_tail_ms, last.cut)
+            clauses[-1] = Clause(last.text, last.phonemes, last.rate, explicit_tail_ms, last.cut,
+                                 last.spans)
     return clauses

@@ -17,7 +17,7 @@ inside its sentence; the lexicon (`tts.lexicon`) applies to the document's text,
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from xml.parsers import expat
 
 import structlog
@@ -40,6 +40,7 @@ from cosyvoiced.tts.frontend.normalize.en_text import characters, phone_number
 from cosyvoiced.tts.frontend.segments import (
     Pause,
     Segment,
+    SourceSpan,
     Speech,
     inline_phonemes,
     merge_speech,
@@ -76,6 +77,17 @@ class _Frame:
     """`<sub alias>`, or the checked IPA of `<phoneme ph>` (`phoneme`)."""
     phoneme: bool = False
     text: str = ""
+    src: list[tuple[int, int]] = field(default_factory=list)
+    """Per character of `text`: its (start, end) in the document (an entity's whole
+    reference for the one character it stands for)."""
+    tag_span: tuple[int, int] = (0, 0)
+    """The element's start tag in the document."""
+
+    def content_span(self) -> tuple[int, int]:
+        """The element's content in the document, spaces around it left out; the start
+        tag where it has none."""
+        keep = [r for c, r in zip(self.text, self.src, strict=True) if not c.isspace()]
+        return (keep[0][0], keep[-1][1]) if keep else self.tag_span
 
 
 def parse_rate(value: str) -> float:
@@ -165,6 +177,11 @@ class _Parser:
         self.language = language
         self.lexicon = lexicon
         self.max_pause_ms = max_pause_ms
+        self.doc = ""
+        """The document being parsed (spans point into it)."""
+        self._ascii = True
+        self._chars_at: dict[int, int] | None = None
+        """Byte offset -> character offset, where the document is not ASCII."""
         self.pause_ms = 0
         """The document's `<break>`s so far."""
         self.out: list[Segment] = []
@@ -189,8 +206,9 @@ class _Parser:
     def _flush(self) -> None:
         top = self.stack[-1]
         if top.text and top.say_as is None and top.alias is None:
-            self.out.extend(plain_segments(top.text, self.language, top.rate, self.lexicon))
-            top.text = ""
+            self.out.extend(plain_segments(top.text, self.language, top.rate, self.lexicon,
+                                           source=top.src))
+            top.text, top.src = "", []
 
     def _start(self, tag: str, attrs: dict[str, str]) -> None:
         if tag not in TAGS:
@@ -205,6 +223,9 @@ class _Parser:
             self._flush()
         rate = self.stack[-1].rate if self.stack else 1.0
         frame = _Frame(tag, rate)
+        at = self._offset()
+        end = self.doc.find(">", at)
+        frame.tag_span = (at, end + 1 if end >= 0 else len(self.doc))
         try:
             if tag == "break":
                 self._pause(parse_break(attrs))
@@ -249,24 +270,50 @@ class _Parser:
             except (ValueError, ArithmeticError, LookupError) as exc:
                 raise self.fail(f"<say-as interpret-as=\"{frame.say_as}\">: {exc}") from None
             if words:
-                self.out.append(Speech(words, frame.rate))
+                self.out.append(_pointing(Speech(words, frame.rate), frame))
         elif frame.phoneme:
-            self.out.append(Speech(inline_phonemes(frame.alias or ""), frame.rate))
+            self.out.append(_pointing(Speech(inline_phonemes(frame.alias or ""), frame.rate),
+                                      frame))
         elif frame.alias is not None:
-            self.out.extend(plain_segments(frame.alias, self.language, frame.rate))
+            self.out.extend(_pointing(seg, frame) for seg in
+                            plain_segments(frame.alias, self.language, frame.rate))
         elif tag in ("p", "s") and self.out and isinstance(self.out[-1], Speech):
             last = self.out[-1]
             if not last.text.rstrip().endswith((".", "!", "?")):
-                self.out[-1] = Speech(last.text.rstrip() + ".", last.rate)
+                self.out[-1] = Speech(last.text.rstrip() + ".", last.rate, last.spans)
 
     def _chars(self, data: str) -> None:
         if not self.stack:
             return
         if self.stack[-1].tag == "break" and data.strip():
             raise self.fail("<break> must be empty")
-        self.stack[-1].text += strip_markers(data)
+        top = self.stack[-1]
+        at = self._offset()
+        top.text += strip_markers(data)
+        if self.doc.startswith("&", at):  # an entity or character reference: all of it
+            end = self.doc.find(";", at) + 1
+            top.src.extend([(at, max(end, at + 1))] * len(data))
+        elif self.doc.startswith(data, at):
+            top.src.extend((i, i + 1) for i in range(at, at + len(data)))
+        else:  # a CDATA section, a line end expat normalized: the stretch as a whole
+            top.src.extend([(at, at + len(data))] * len(data))
+
+    def _offset(self) -> int:
+        """The parser's position as a character offset into the document."""
+        byte = self.p.CurrentByteIndex
+        if self._ascii:
+            return byte
+        if self._chars_at is None:
+            import itertools
+
+            lengths = (len(c.encode("utf-8", "surrogatepass")) for c in self.doc)
+            self._chars_at = {b: i for i, b in
+                              enumerate(itertools.accumulate(lengths, initial=0))}
+        return self._chars_at.get(byte, 0)
 
     def parse(self, text: str) -> list[Segment]:
+        self.doc = text
+        self._ascii = text.isascii()
         try:
             self.p.Parse(text, True)
         except expat.ExpatError as exc:
@@ -281,6 +328,15 @@ class _Parser:
             log.debug("ssml_failed_detail", error=repr(exc)[:200])
             raise self.fail(f"cannot read this document ({type(exc).__name__})") from exc
         return merge_speech(self.out)
+
+
+def _pointing(seg: Segment, frame: _Frame) -> Segment:
+    """A Speech read from an element (`<say-as>`, `<sub>`, `<phoneme>`): one span over all
+    its words, at the element's content."""
+    if not isinstance(seg, Speech) or not seg.text.strip():
+        return seg
+    a, b = frame.content_span()
+    return Speech(seg.text, seg.rate, (SourceSpan(0, len(seg.text), a, b),))
 
 
 def parse_ssml(text: str, language: str = "en", *,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from difflib import SequenceMatcher
 
 from cosyvoiced.tts.frontend.normalize.en_calls import claims
 
@@ -51,9 +52,12 @@ def _tidy(words: str) -> str:
     return _UNIT_RE.sub(lambda m: UNIT_WORDS[m.group(1)], words)
 
 
+_PUNCT_ONLY = frozenset(",.;:!?\"'()…—")
+
+
 def _is_plain(token: str, words: frozenset[str]) -> bool:
     if not PLAIN_RE.fullmatch(token):
-        return False
+        return all(c in _PUNCT_ONLY for c in token)
     if token in words or token.rstrip(",;:!?\"')]}") in words:
         return False
     core = token.strip(_TRAIL + "\"'([{")
@@ -108,6 +112,39 @@ def windows(text: str, start: int, end: int, words: frozenset[str],
     return out
 
 
+def peel(text: str, start: int, end: int, spoken: str) -> list[Piece]:
+    """A window's reading as pieces: the words it reads as written ("dollars" in "42
+    dollars", "by" in "$5 by 12/03") get their own spans, each run of the rest one span
+    over the tokens it reads."""
+    tokens = [(m.start(), m.end(), m.group(0)) for m in TOKEN_RE.finditer(text, start, end)]
+    words = spoken.split()
+    if len(tokens) < 2 or len(words) < 2:
+        return [(spoken, start, end)]
+    out: list[Piece] = []
+    pending: list[str] = []  # words read from no token: joined to the next group
+    ops = SequenceMatcher(None, [t for _, _, t in tokens], words, autojunk=False)
+    for op, i1, i2, j1, j2 in ops.get_opcodes():
+        if op == "equal":
+            for k in range(i2 - i1):
+                word = " ".join([*pending, words[j1 + k]])
+                out.append((word, tokens[i1 + k][0], tokens[i1 + k][1]))
+                pending = []
+        elif i2 > i1:  # tokens read as other words (or as none)
+            if j2 > j1 or pending:
+                out.append((" ".join([*pending, *words[j1:j2]]), tokens[i1][0],
+                            tokens[i2 - 1][1]))
+                pending = []
+        elif out:  # words read from no token: part of the group before them
+            w, a, b = out[-1]
+            out[-1] = (f"{w} {' '.join(words[j1:j2])}", a, b)
+        else:
+            pending.extend(words[j1:j2])
+    if pending:
+        w, a, b = out[-1] if out else ("", start, end)
+        out[-1:] = [(f"{w} {' '.join(pending)}".strip(), a, b)]
+    return out
+
+
 def _sentence_end(text: str, end: int, nxt: int, words: frozenset[str]) -> bool:
     """Whether a window ending at `end` ends a sentence before the token at `nxt` (not
     after an abbreviation: "Dr. Smith")."""
@@ -151,12 +188,12 @@ class EnglishReader:
         out: list[Piece] = []
         for a, b, read in windows(text, start, end, self.words, self.context):
             chunk = text[a:b]
-            if read:
-                fn = self.window if len(chunk) <= MAX_WINDOW_CHARS else self.long_window
-                chunk = _tidy(fn(chunk))
-            if chunk.strip():
-                out.append((chunk.strip(), a, b))
-        return out
+            if not read:
+                out.append((chunk, a, b))
+                continue
+            fn = self.window if len(chunk) <= MAX_WINDOW_CHARS else self.long_window
+            out.extend(peel(text, a, b, _tidy(fn(chunk))))
+        return [p for p in out if p[0].strip()]
 
     def __call__(self, text: str) -> str:
         return join_pieces(self.pieces(text))[0]
