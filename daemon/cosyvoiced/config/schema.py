@@ -198,6 +198,11 @@ class TtsConfig:
     """A text file of prompts (one per line, `#` comments) synthesized into the cache when
     a worker starts, with the default voice and settings (greetings, menus, hold messages);
     with `cache_persist` later starts read them from disk instead."""
+    spell_phonetic: bool = opt(False)
+    """Letters in codes read with their NATO words ("Q as in Quebec, X as in X-ray, four,
+    four"), as some call centers confirm codes; false: the letters alone ("Q X four
+    four"). SSML asks for it per code: `<say-as interpret-as="characters"
+    format="phonetic">`."""
     lexicon: str = opt("", live=True, must_exist="file")
     """Pronunciation lexicon: a TOML file with an `[ipa]` table (word = IPA, spoken as
     written) and a `[say]` table (word = respelling). All-lower-case keys match any case,

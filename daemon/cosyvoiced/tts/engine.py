@@ -21,7 +21,12 @@ from cosyvoiced.config.schema import TtsConfig
 from cosyvoiced.runtime.onnx import run as onnx_run
 from cosyvoiced.tts.errors import AudioTooLong, EmptyText
 from cosyvoiced.tts.frontend.lexicon import Lexicon
-from cosyvoiced.tts.frontend.normalize import Segment, load_grammars, plain_segments
+from cosyvoiced.tts.frontend.normalize import (
+    Segment,
+    load_grammars,
+    plain_segments,
+    set_phonetic,
+)
 from cosyvoiced.tts.frontend.phonemize import text_to_ids
 from cosyvoiced.tts.frontend.plan import PlanLimits, plan
 from cosyvoiced.tts.frontend.ssml import parse_ssml
@@ -59,6 +64,7 @@ class TtsEngine:
         """`tts.lexicon`, parsed in the main process (replaced whole on reload)."""
         if cache_dir is not None:  # NeMo's English grammars, once per process (template)
             load_grammars(cache_dir)
+        set_phonetic(config.spell_phonetic)
         self._voices: dict[tuple[str, str], Voice] = {}
         self._lock = threading.Lock()
         persist = Path(cache_dir) / "prompts" if cache_dir and config.cache_persist else None

@@ -25,6 +25,7 @@ import structlog
 from cosyvoiced.tts.errors import BadSsml, PausesTooLong, TtsError
 from cosyvoiced.tts.frontend.lexicon import Lexicon, check_ipa
 from cosyvoiced.tts.frontend.normalize import plain_segments
+from cosyvoiced.tts.frontend.normalize.en_calls import spell
 from cosyvoiced.tts.frontend.normalize.en_dates import dates, spoken_date
 from cosyvoiced.tts.frontend.normalize.en_numbers import (
     CURRENCY_RE,
@@ -161,6 +162,8 @@ def say_as(kind: str, text: str, fmt: str) -> str:
         m = CURRENCY_RE.search(text if text[:1] in "$€£-" else "$" + text)
         return currency(m.group(2), m.group(3), m.group(4), m.group(5)) if m else text
     if kind in ("characters", "spell-out"):
+        if fmt == "phonetic":  # "Q as in Quebec, X as in X-ray, four"
+            return spell("".join(c for c in text if c.isalnum()), phonetic=True)
         return characters(text)
     if kind in ("cardinal", "number"):
         if not re.fullmatch(r"-?[\d,]+(\.\d+)?", text):

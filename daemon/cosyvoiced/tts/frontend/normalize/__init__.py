@@ -55,7 +55,7 @@ def languages() -> list[str]:
     return sorted(_REGISTRY)
 
 
-_LOADED: dict[str, Reader] = {}
+_LOADED: dict[str, EnglishReader] = {}
 """Readers on grammars loaded in this process, by directory (loaded once)."""
 
 
@@ -77,9 +77,17 @@ def use_grammars(directory: str | Path | None) -> bool:
             _REGISTRY["en"] = RULES_READER.pieces
             return False
         _LOADED[key] = EnglishReader(grammars.normalize, grammars.words,
-                                     long_window=normalize_en).pieces
-    _REGISTRY["en"] = _LOADED[key]
+                                     long_window=normalize_en,
+                                     phonetic=RULES_READER.phonetic)
+    _REGISTRY["en"] = _LOADED[key].pieces
     return True
+
+
+def set_phonetic(on: bool) -> None:
+    """Letters in codes read with NATO words ("Q as in Quebec") or alone ("Q"):
+    `tts.spell_phonetic`, process-wide."""
+    for reader in (RULES_READER, *_LOADED.values()):
+        reader.phonetic = on
 
 
 def load_grammars(cache_dir: str | Path | None = None) -> bool:
@@ -185,4 +193,5 @@ def plain_segments(text: str, language: str = "en", rate: float = 1.0,
 
 
 __all__ = ["Pause", "Phonemes", "Segment", "Speech", "normalize_text", "normalize_pieces",
-           "plain_segments", "register", "languages", "use_grammars", "load_grammars"]
+           "plain_segments", "register", "languages", "use_grammars", "load_grammars",
+           "set_phonetic"]

@@ -200,3 +200,17 @@ def test_a_failing_normalizer_is_a_typed_error():
 @given(st.text(alphabet=st.sampled_from("0123456789²³٣,.$€%-/: abcthndrsAPM#"), max_size=400))
 def test_random_numeric_text_normalizes(text):
     normalize_text(text)  # never raises: every rule reads what it matches or leaves it
+
+
+def test_codes_read_as_letters_and_as_nato_words_only_where_asked():
+    from cosyvoiced.tts.frontend.normalize import set_phonetic
+    from cosyvoiced.tts.frontend.ssml import parse_ssml
+
+    assert normalize_text("Your code is QX4471B.") == "Your code is Q X four four seven one B."
+    doc = '<speak><say-as interpret-as="characters" format="phonetic">Q7</say-as></speak>'
+    assert parse_ssml(doc) == [Speech("Q as in Quebec, seven")]
+    set_phonetic(True)  # tts.spell_phonetic
+    try:
+        assert normalize_text("code QX4") == "code Q as in Quebec, X as in X-ray, four"
+    finally:
+        set_phonetic(False)
