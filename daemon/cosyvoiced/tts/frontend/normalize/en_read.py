@@ -12,6 +12,7 @@ window) or, where they are not built, by the hand-written rules (`en_text`).
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from difflib import SequenceMatcher
 
@@ -37,7 +38,12 @@ ADDRESS_RE = re.compile(
     r"(?i:" + STREET_WORDS + r")\b\.?(?:,\s*[A-Z][a-z]+(?:\s+[A-Z][a-z]+){0,2})?"
     r"(?:,\s*[A-Z]{2}\b)?(?:,?\s*\d{5}(?:-\d{4})?\b)?")
 """A street address, read by the grammars in one window: "708 N 1st St, San City"."""
-MAX_WINDOW_CHARS = 80
+MAX_WINDOW_CHARS = 64
+"""Longer windows are read by `long_window` (the grammars' cost grows with the window:
+80 characters of hyphenated digits cost ~0.3 s)."""
+TAGGER_BUDGET_S = 0.5
+"""Tagging time one text may take; its windows past it are read by `long_window` (5000
+characters of "1 x 2 x 3 ..." would take seconds)."""
 _TRAIL = ".,;:!?\"')]}"
 _AMPM_RE = re.compile(r"\b([AP])M\b")
 UNIT_WORDS = {"KB": "kilobytes", "MB": "megabytes", "GB": "gigabytes", "TB": "terabytes",
@@ -167,10 +173,12 @@ class EnglishReader:
         """Plain words joined to each side of a window (the rules read by context)."""
         self.phonetic = phonetic
         self.long_window = long_window or window
+        self._deadline = 0.0
         """Reads a window longer than `MAX_WINDOW_CHARS` (the grammars' cost grows with
         it: 100 kB of digits must not reach them)."""
 
     def pieces(self, text: str) -> list[Piece]:
+        self._deadline = time.monotonic() + TAGGER_BUDGET_S
         out: list[Piece] = []
         pos = 0
         streets = [(m.start(), m.end()) for m in ADDRESS_RE.finditer(text)]
@@ -191,9 +199,20 @@ class EnglishReader:
             if not read:
                 out.append((chunk, a, b))
                 continue
-            fn = self.window if len(chunk) <= MAX_WINDOW_CHARS else self.long_window
+            fn = self.window if self._taggable(chunk) else self.long_window
             out.extend(peel(text, a, b, _tidy(fn(chunk))))
         return [p for p in out if p[0].strip()]
+
+    def _taggable(self, chunk: str) -> bool:
+        """Whether the grammars read this window: short, valid UTF-8 (no lone
+        surrogate), and the text's tagging budget not spent."""
+        if len(chunk) > MAX_WINDOW_CHARS or time.monotonic() > self._deadline:
+            return False
+        try:
+            chunk.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
 
     def __call__(self, text: str) -> str:
         return join_pieces(self.pieces(text))[0]
