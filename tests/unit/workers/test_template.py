@@ -81,6 +81,34 @@ def test_the_template_s_death_takes_its_children_and_the_next_start_brings_a_new
     again.join(10)
 
 
+def test_a_template_that_refuses_while_it_exits_is_reaped_and_started_again(
+        template, setup, monkeypatch):
+    """Killed, a template's workers die before it can be reaped: a start in between is
+    refused by a template that still looks alive, and must start a new one."""
+    proc, conn = _fork(template, setup)
+    conn.recv()
+    first = template.pid
+    assert first is not None
+    server = template._server
+    real = server.connect_to_new_process
+    refused: list[int] = []
+
+    def refuse_once(fds: list[int]) -> tuple[int, int]:
+        if not refused:
+            refused.append(1)
+            os.kill(first, signal.SIGKILL)
+            raise ConnectionRefusedError(111, "Connection refused")
+        return real(fds)
+
+    monkeypatch.setattr(server, "connect_to_new_process", refuse_once)
+    again, again_conn = _fork(template, setup)
+    assert again_conn.recv() == (template.pid, True)
+    assert refused and template.pid != first and template.starts == 2
+    again_conn.send("done")
+    again.join(10)
+    proc.join(10)
+
+
 def test_a_stuck_template_is_killed_and_reported(template, setup, monkeypatch):
     proc, conn = _fork(template, setup)  # up and loaded
     conn.send("done")

@@ -19,6 +19,7 @@ import pickle
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from multiprocessing import forkserver, popen_forkserver, process, reduction, spawn, util
@@ -39,6 +40,8 @@ log = structlog.get_logger(__name__)
 FORK_TIMEOUT_S = 300.0
 """Longest wait for the template to fork a worker: its first fork waits for its load (a
 cold cache converts and compiles the voice: tens of seconds)."""
+DYING_WAIT_S = 5.0
+"""Longest wait for a template that refused a worker to finish exiting."""
 
 
 class _Server(forkserver.ForkServer):
@@ -57,6 +60,38 @@ class _Server(forkserver.ForkServer):
             super().ensure_running()
             if self._forkserver_pid != pid:
                 self.starts += 1
+
+    def connect(self, fds: list[int]) -> tuple[int, int]:
+        """`connect_to_new_process`, once more after a refusal: a template killed a
+        moment ago may refuse before it can be reaped (its workers, killed as it exits,
+        are gone first), so `ensure_running` took it for alive."""
+        try:
+            return self.connect_to_new_process(fds)
+        except (ConnectionRefusedError, FileNotFoundError) as exc:
+            if not self._reaped(DYING_WAIT_S):
+                raise TemplateError(f"the worker template refuses to fork: {exc}") from exc
+        return self.connect_to_new_process(fds)
+
+    def _reaped(self, timeout_s: float) -> bool:
+        """Whether the template, if it is exiting, was reaped within `timeout_s` (and
+        forgotten as `ensure_running` forgets a dead one, so the next call starts one)."""
+        deadline = time.monotonic() + timeout_s
+        pid = self._forkserver_pid
+        if pid is None:
+            return True
+        while True:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    break
+            except ChildProcessError:
+                break
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+        with self._lock:
+            os.close(self._forkserver_alive_fd)
+            self._forkserver_address = self._forkserver_alive_fd = self._forkserver_pid = None
+        return True
 
     @property
     def pid(self) -> int | None:
@@ -84,7 +119,7 @@ class _Popen(popen_forkserver.Popen):
             reduction.dump(process_obj, buf)
         finally:
             set_spawning_popen(None)
-        self.sentinel, w = self._server.connect_to_new_process(self._fds)
+        self.sentinel, w = self._server.connect(self._fds)
         _parent_w = os.dup(w)
         self.finalizer = util.Finalize(self, util.close_fds, (_parent_w, self.sentinel))
         if not wait([self.sentinel], FORK_TIMEOUT_S):
