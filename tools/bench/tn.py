@@ -5,10 +5,12 @@ grammars built by `make install`, or here where missing). Theirs: nemo_text_proc
 `Normalizer(input_case="cased", lang="en")` on pynini (its .far cache under
 var/cache/tn-nemo: built the first time, ~40 s). Both on one pinned core, on NeMo's English
 TN cases (tests/data/nemo_tn_en/, all classes but normalize_with_audio) and on the
-call-center sentences of tools/data/callcenter_en.txt, each window cache emptied first.
+call-center sentences of tools/data/callcenter_en.txt that hold digits or symbols, each
+window cache emptied first.
 Rows: each class's exact-match share (scored as `cosyvoiced.testing.tn_cases` does) for
-both; then ms per input (mean), ms per sentence (median), and ours' load time and RSS
-(a fresh process). The CPU's AMX/AVX512-BF16 flags are noted (the figures are CPU-bound).
+both; then ms per input (mean: a first pass, where each new alphabet's tagger cut is
+made, and a second, as on a running box), ms per sentence (median), and ours' load time
+and RSS (a fresh process). The CPU's AMX/AVX512-BF16 flags are noted (the figures are CPU-bound).
 """
 
 from __future__ import annotations
@@ -33,13 +35,13 @@ REPO = Path(__file__).resolve().parents[2]
 SENTENCES = REPO / "tools" / "data" / "callcenter_en.txt"
 NEMO_CACHE = REPO / "var" / "cache" / "tn-nemo"
 LOAD_PROBE = """
-import json, resource, sys, time
+import json, re, sys, time
 t = time.perf_counter()
 from cosyvoiced.tts.frontend.normalize import use_grammars, normalize_text
 assert use_grammars(sys.argv[1])
 normalize_text("Pay $5 on 12/03/2023.")
-print(json.dumps({"load_s": time.perf_counter() - t,
-                  "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+hwm = re.search(r"VmHWM:\\s*(\\d+)", open("/proc/self/status").read())
+print(json.dumps({"load_s": time.perf_counter() - t, "rss_mb": int(hwm.group(1)) / 1024}))
 """
 
 
@@ -80,7 +82,8 @@ def _share(per: dict[str, list[int]], classes: tuple[str, ...] | None = None) ->
 def run(quick: bool) -> Report:
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[-1]})
     cases = load_cases()
-    sentences = [ln for ln in SENTENCES.read_text().splitlines() if ln and ln[0] != "#"]
+    sentences = [ln for ln in SENTENCES.read_text().splitlines() if ln and ln[0] != "#"
+                 and re.search(r"[\d$%#@&/]", ln)]  # the sentences there is something to read
     if quick:
         cases, sentences = cases[::5], sentences[::4]
     directory = ensure()
@@ -96,7 +99,9 @@ def run(quick: bool) -> Report:
             obj._cache.clear()
 
     clear()
-    ours_per, ours_ms = _score(ours, cases)
+    ours_per, ours_cold_ms = _score(ours, cases)  # tagger cuts: the build's only
+    clear()
+    ours_per, ours_ms = _score(ours, cases)  # every alphabet's cut made once (a running box)
     clear()
     ours_sentence_ms = _per_sentence(ours, sentences)
     probe = subprocess.run([sys.executable, "-c", LOAD_PROBE, str(directory)],
@@ -120,14 +125,19 @@ def run(quick: bool) -> Report:
                         cc, _share(nemo_per, CALL_CENTER)])
     report.rows.append(["all classes", sum(v[1] for v in ours_per.values()), every,
                         _share(nemo_per)])
-    report.rows.append(["ms per input (mean)", len(cases), ours_ms, nemo_ms])
-    report.rows.append(["ms per sentence (median)", len(sentences), ours_sentence_ms,
+    report.rows.append(["ms per input (mean), first pass", len(cases), ours_cold_ms, nemo_ms])
+    report.rows.append(["ms per input (mean), cuts made", len(cases), ours_ms, nemo_ms])
+    report.rows.append(["ms per sentence with digits/symbols (median)", len(sentences),
+                        ours_sentence_ms,
                         nemo_sentence_ms])
-    report.figures.update(ours_ms_per_input=ours_ms, nemo_ms_per_input=nemo_ms,
+    report.figures.update(ours_ms_per_input=ours_ms, ours_ms_per_input_first=ours_cold_ms,
+                          nemo_ms_per_input=nemo_ms,
                           ours_ms_per_sentence=ours_sentence_ms,
                           nemo_ms_per_sentence=nemo_sentence_ms, **loaded,
                           cpu=cpu_flags())
     report.notes += [cpu_flags(), "one pinned core; window caches emptied before each pass",
+                     "first pass: the tagger cut for each new alphabet is made (~15-30 ms "
+                     "once per alphabet, then kept: in memory and in the cache dir)",
                      f"ours: load {loaded['load_s']:.2f} s, RSS {loaded['rss_mb']:.0f} MB "
                      f"(a fresh process, grammars read and one sentence said)"]
     report.target("call-center classes exact", cc, ">= 0.97", cc >= 0.97)

@@ -59,10 +59,11 @@ _LOADED: dict[str, EnglishReader] = {}
 """Readers on grammars loaded in this process, by directory (loaded once)."""
 
 
-def use_grammars(directory: str | Path | None) -> bool:
+def use_grammars(directory: str | Path | None, cut_dir: str | Path | None = None) -> bool:
     """English read by NeMo's grammars built in `directory` (`grammars.grammar_dir`), or
     by the rules where None or unusable (logged); True when the grammars are in use.
-    Process-wide: a worker template loads them once for the workers it forks."""
+    Process-wide: a worker template loads them once for the workers it forks. Tagger cuts
+    made at run time are kept in `cut_dir` (see `en_fst`)."""
     from cosyvoiced.tts.frontend.normalize.en_fst import EnglishGrammars, GrammarError
 
     if directory is None:
@@ -71,7 +72,7 @@ def use_grammars(directory: str | Path | None) -> bool:
     key = str(Path(directory).resolve())
     if key not in _LOADED:
         try:
-            grammars = EnglishGrammars(directory)
+            grammars = EnglishGrammars(directory, cut_dir)
         except GrammarError as exc:
             log.warning("tn_grammars_unusable", path=str(directory), error=str(exc))
             _REGISTRY["en"] = RULES_READER.pieces
@@ -95,7 +96,7 @@ def load_grammars(cache_dir: str | Path | None = None) -> bool:
     install's; `grammars.ensure` builds them before the workers start), or by the rules
     where there are none (logged: `tn_grammars_missing`). True when the grammars are in
     use."""
-    from cosyvoiced.tts.frontend.normalize.grammars import find, grammar_dir
+    from cosyvoiced.tts.frontend.normalize.grammars import cut_dir, find, grammar_dir
 
     directory = find(cache_dir)
     if directory is None:
@@ -103,7 +104,7 @@ def load_grammars(cache_dir: str | Path | None = None) -> bool:
                     hint="English is read by the hand-written rules")
         return use_grammars(None)
     t0 = time.monotonic()
-    ok = use_grammars(directory)
+    ok = use_grammars(directory, cut_dir(cache_dir) if cache_dir is not None else None)
     if ok:
         log.info("tn_grammars_loaded", path=str(directory),
                  seconds=round(time.monotonic() - t0, 3))

@@ -7,6 +7,7 @@ Run as `python -m cosyvoiced.tts.frontend.normalize.grammar_build OUT_DIR` (what
 FSTs arcsorted as OpenFst files that `kaldifst` reads without pynini:
 
     tagger.fst      tokenize_and_classify (written text -> tagged tokens)
+    cuts/           the tagger cut down to the alphabets of common windows (`en_fst`)
     verbalizer.fst  verbalize (tagged tokens -> words)
     post.fst        post_process_graph (spaces and punctuation tidied)
     words.json      the whitelist's written forms ("Dr.", "Mrs.", ...), for the
@@ -20,6 +21,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -61,6 +63,11 @@ def build(out_dir: str) -> dict[str, object]:
             os.replace(tmp, out / name)
     package_dir = Path(nemo_text_processing.__file__).parent
     (out / "words.json").write_text(json.dumps(_whitelist_words(package_dir)))
+    # the tagger cut for common alphabets: kaldifst in a process of its own (two OpenFst
+    # libraries in one process crash it)
+    subprocess.run([sys.executable, "-c", "import sys; from cosyvoiced.tts.frontend."
+                    "normalize.en_fst import precut; precut(sys.argv[1])", str(out)],
+                   check=True, timeout=600)
     info = {"nemo_text_processing": nemo_version,
             "pynini": pynini.__version__, "build_s": round(built_s, 1),
             "total_s": round(time.perf_counter() - t0, 1)}
