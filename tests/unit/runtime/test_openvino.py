@@ -1,4 +1,5 @@
-"""OpenVINO sessions from a graph kept converted in the cache: made once, read back after."""
+"""OpenVINO sessions from a graph kept converted and compiled in the cache: made once,
+imported after."""
 
 from __future__ import annotations
 
@@ -42,7 +43,9 @@ def test_a_graph_is_converted_once_and_read_back_on_later_starts(tmp_path):
     first = create_ov_sessions(maker, shapes=shapes, precision="f32", cache_dir=tmp_path,
                                key="conv")[0]
     assert maker.calls == 1
-    assert list((tmp_path / "openvino").glob("conv-*.xml"))  # kept, with its .bin
+    (xml,) = (tmp_path / "openvino").glob("conv-*.xml")  # kept, with its .bin
+    (blob,) = (tmp_path / "openvino").glob("conv-*.blob")  # and compiled
+    xml.unlink()  # a later start imports the compiled graph: it reads no IR
     later = create_ov_sessions(maker, shapes=shapes, precision="f32", cache_dir=tmp_path,
                                key="conv")[0]
     assert maker.calls == 1  # the ONNX graph was not made again
@@ -61,12 +64,29 @@ def test_without_a_key_or_cache_it_converts_every_time(tmp_path):
     assert not list(tmp_path.glob("openvino/*.xml"))
 
 
+def test_a_damaged_compiled_graph_is_compiled_again_from_the_kept_ir(tmp_path):
+    maker = Maker()
+    shapes = [{"x": [1, 4, 8]}, {"x": [1, 4, 16]}]
+    create_ov_sessions(maker, shapes=shapes, precision="f32", cache_dir=tmp_path, key="conv")
+    blobs = sorted((tmp_path / "openvino").glob("conv-*.blob"))
+    assert len(blobs) == 2  # one per shape
+    blobs[0].write_bytes(b"not a compiled graph")
+    sessions = create_ov_sessions(maker, shapes=shapes, precision="f32", cache_dir=tmp_path,
+                                  key="conv")
+    assert maker.calls == 1 and [run(s, n).shape for s, n in zip(sessions, (8, 16),
+                                                                  strict=True)] == [
+        (1, 4, 8), (1, 4, 16)]
+    assert blobs[0].read_bytes() != b"not a compiled graph"  # replaced
+
+
 def test_a_damaged_kept_graph_is_converted_again(tmp_path):
     maker = Maker()
     shapes = [{"x": [1, 4, 8]}]
     create_ov_sessions(maker, shapes=shapes, precision="f32", cache_dir=tmp_path, key="conv")
     (xml,) = (tmp_path / "openvino").glob("conv-*.xml")
     xml.write_text("<not a model")
+    for blob in (tmp_path / "openvino").glob("conv-*.blob"):
+        blob.unlink()
     session = create_ov_sessions(maker, shapes=shapes, precision="f32", cache_dir=tmp_path,
                                  key="conv")[0]
     assert maker.calls == 2 and run(session, 8).shape == (1, 4, 8)
