@@ -35,8 +35,8 @@ log = structlog.get_logger(__name__)
 _SPACES = re.compile(r" {2,}")
 CACHE_ENTRIES = 4096
 """Windows remembered per process (a window is a few tokens: a few hundred KB in all)."""
-ALPHABETS = 256
-"""Cut-down taggers kept in memory per process (~0.2-1.5 MB each)."""
+ALPHABETS = 64
+"""Cut-down taggers kept in memory per process (~0.2-1.5 MB each: at most ~40 MB)."""
 MAX_CUT_FILES = 1024
 """Cut-down taggers written to `cut_dir` at most (then made in memory only)."""
 COMMON_WINDOWS = (
