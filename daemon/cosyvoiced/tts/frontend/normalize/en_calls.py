@@ -64,9 +64,10 @@ def phone(m: re.Match[str]) -> str:
 
 # -- numbers read digit by digit in context ---------------------------------------------------
 ID_RE = re.compile(
-    r"\b(?:(?:account|claim|policy|order|reference|ref\.?|member|ticket|case|invoice|"
+    r"\b(?:(?:account|claim|policy|order|reference|ref\.?|member(?:ship)?|subscriber|loyalty|"
+    r"rewards|patient|employee|ticket|case|invoice|"
     r"tracking|confirmation|routing|card|ID|PIN|transaction|customer|serial|model)"
-    r"(?:\s+(?:number|no\.|num\.|#|ID|code))?(?:\s+(?:is|was|will\s+be))?:?\s*#?\s*|"
+    r"(?:\s+(?:number|no\.|num\.|#|ID|code)(?:\s+(?:is|was|will\s+be))?)?:?\s*#?\s*|"
     r"(?:ending|ends|ended)\s+(?:in|with)\s+|last\s+(?:four|4)(?:\s+digits)?(?:\s+of)?\s+)"
     r"(\d(?:\d|[ -](?=\d))*\d)(?![\w.,]\d)", re.IGNORECASE)
 HASH_RE = re.compile(r"(?<![\w#])#(?=\d)")

@@ -79,3 +79,19 @@ def test_plain_words_never_reach_the_tagger(grammars, monkeypatch):
     normalize_text("Thank you for calling, how may I help you today?")
     normalize_text("Your balance is 42 dollars, thank you.")
     assert seen == ["42 dollars,"]
+
+
+def test_no_digits_left_in_call_center_set_on_the_grammars(grammars, repo_root):
+    lines = (repo_root / "tools/data/callcenter_en.txt").read_text().splitlines()
+    for s in (ln for ln in lines if ln and not ln.startswith("#")):
+        out = normalize_text(s)
+        assert not any(c.isdigit() for c in out), (s, out)
+
+
+@pytest.mark.parametrize(("written", "spoken"), [
+    ("The account is 30 days past due.", "The account is thirty days past due."),
+    ("Your membership number is 7021 4455 9.",
+     "Your membership number is seven zero two one, four four five five, nine."),
+])
+def test_digit_by_digit_only_for_numbers_named_as_such(grammars, written, spoken):
+    assert normalize_text(written) == spoken
