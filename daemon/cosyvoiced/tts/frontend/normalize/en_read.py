@@ -21,7 +21,7 @@ from cosyvoiced.tts.frontend.normalize.en_calls import claims
 Piece = tuple[str, int, int]
 """(spoken words, start, end): the words and the span of the input they read."""
 
-PLAIN_RE = re.compile(r"[\"'(\[{]*[A-Za-z]+(?:['’][A-Za-z]+)*[\"')\]},.;:!?]*")
+PLAIN_RE = re.compile(r"[\"'(\[{]*[A-Za-z]+(?:[-'’][A-Za-z]+)*[\"')\]},.;:!?]*")
 TOKEN_RE = re.compile(r"\S+")
 MONTHS = ("january february march april may june july august september october november "
           "december jan feb mar apr jun jul aug sep sept oct nov dec").split()
