@@ -99,12 +99,14 @@ def _stripped(speech: Speech) -> tuple[str, tuple[SourceSpan, ...]]:
 
 
 def join_speech(first: Speech, second: Speech) -> Speech:
-    """Two Speech segments as one (one space between), spans carried."""
+    """Two Speech segments as one (one space between, none before punctuation), spans
+    carried."""
     a, a_spans = _stripped(first)
     b, b_spans = _stripped(second)
     if not a or not b:
         return Speech(a or b, second.rate, a_spans or b_spans)
-    return Speech(f"{a} {b}", second.rate, a_spans + shift_spans(b_spans, len(a) + 1))
+    sep = "" if b[0] in ".,;:!?" else " "  # "<sub>AI</sub>, say": no space before the comma
+    return Speech(f"{a}{sep}{b}", second.rate, a_spans + shift_spans(b_spans, len(a) + len(sep)))
 
 
 def merge_speech(segments: list[Segment]) -> list[Segment]:
