@@ -173,46 +173,44 @@ class EnglishReader:
         """Plain words joined to each side of a window (the rules read by context)."""
         self.phonetic = phonetic
         self.long_window = long_window or window
-        self._deadline = 0.0
         """Reads a window longer than `MAX_WINDOW_CHARS` (the grammars' cost grows with
         it: 100 kB of digits must not reach them)."""
 
     def pieces(self, text: str) -> list[Piece]:
-        self._deadline = time.monotonic() + TAGGER_BUDGET_S
+        deadline = time.monotonic() + TAGGER_BUDGET_S
         out: list[Piece] = []
         pos = 0
         streets = [(m.start(), m.end()) for m in ADDRESS_RE.finditer(text)]
-        found = [(a, b, self.window(text[a:b])) for a, b in streets]
+        found = [(a, b, self._read(text[a:b], deadline)) for a, b in streets]
         found += [c for c in claims(text, phonetic=self.phonetic)
                   if not any(a < c[1] and c[0] < b for a, b in streets)]
         for a, b, spoken in sorted(found):
-            out.extend(self._rest(text, pos, a))
+            out.extend(self._rest(text, pos, a, deadline))
             out.append((spoken, a, b))
             pos = b
-        out.extend(self._rest(text, pos, len(text)))
+        out.extend(self._rest(text, pos, len(text), deadline))
         return out
 
-    def _rest(self, text: str, start: int, end: int) -> list[Piece]:
+    def _rest(self, text: str, start: int, end: int, deadline: float) -> list[Piece]:
         out: list[Piece] = []
         for a, b, read in windows(text, start, end, self.words, self.context):
             chunk = text[a:b]
             if not read:
                 out.append((chunk, a, b))
                 continue
-            fn = self.window if self._taggable(chunk) else self.long_window
-            out.extend(peel(text, a, b, _tidy(fn(chunk))))
+            out.extend(peel(text, a, b, self._read(chunk, deadline)))
         return [p for p in out if p[0].strip()]
 
-    def _taggable(self, chunk: str) -> bool:
-        """Whether the grammars read this window: short, valid UTF-8 (no lone
-        surrogate), and the text's tagging budget not spent."""
-        if len(chunk) > MAX_WINDOW_CHARS or time.monotonic() > self._deadline:
-            return False
-        try:
-            chunk.encode("utf-8")
-        except UnicodeEncodeError:
-            return False
-        return True
+    def _read(self, chunk: str, deadline: float) -> str:
+        """A window read by the grammars where it is short, valid UTF-8 (no lone
+        surrogate) and the text's tagging budget is not spent; else by `long_window`."""
+        taggable = len(chunk) <= MAX_WINDOW_CHARS and time.monotonic() <= deadline
+        if taggable:
+            try:
+                chunk.encode("utf-8")
+            except UnicodeEncodeError:
+                taggable = False
+        return _tidy((self.window if taggable else self.long_window)(chunk))
 
     def __call__(self, text: str) -> str:
         return join_pieces(self.pieces(text))[0]
