@@ -17,6 +17,7 @@ from collections.abc import Callable
 from difflib import SequenceMatcher
 
 from cosyvoiced.tts.frontend.normalize.en_calls import claims
+from cosyvoiced.tts.frontend.normalize.en_numbers import digits
 
 Piece = tuple[str, int, int]
 """(spoken words, start, end): the words and the span of the input they read."""
@@ -58,6 +59,7 @@ def _tidy(words: str) -> str:
     return _UNIT_RE.sub(lambda m: UNIT_WORDS[m.group(1)], words)
 
 
+_DIGITS_RE = re.compile(r"\d+")
 _PUNCT_ONLY = frozenset(",.;:!?\"'()…—")
 
 
@@ -210,7 +212,10 @@ class EnglishReader:
                 chunk.encode("utf-8")
             except UnicodeEncodeError:
                 taggable = False
-        return _tidy((self.window if taggable else self.long_window)(chunk))
+        if taggable:
+            return _tidy(self.window(chunk))
+        # what the long-window reader leaves in digits ("9,9,9"), digit by digit
+        return _DIGITS_RE.sub(lambda m: digits(m.group(0)), _tidy(self.long_window(chunk)))
 
     def __call__(self, text: str) -> str:
         return join_pieces(self.pieces(text))[0]

@@ -6,6 +6,7 @@ printed, and the test fails only below the targets (issue 44), listing what fail
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 
 import pytest
@@ -95,3 +96,14 @@ def test_no_digits_left_in_call_center_set_on_the_grammars(grammars, repo_root):
 ])
 def test_digit_by_digit_only_for_numbers_named_as_such(grammars, written, spoken):
     assert normalize_text(written) == spoken
+
+
+@pytest.mark.parametrize("written", [
+    "9" * 100_000, "1-2-3-4-5-6-7-8-9-0-" * 500, " ".join(f"{i} x" for i in range(1000)),
+    "Привет 5 мир 日本 12 \ud800 7 \udfff", "$" + "9," * 3000 + "99",
+])
+def test_hostile_text_is_read_in_bounded_time(grammars, written):
+    t0 = time.monotonic()
+    out = normalize_text(written)
+    assert time.monotonic() - t0 < 10.0  # the tagger's budget is 0.5 s a text
+    assert out and not any(c.isdecimal() for c in out), out[:200]
