@@ -253,16 +253,18 @@ def test_voices_dir_and_kept_int8_variant(tmp_path, cache_dir):
         TtsEngine(TtsConfig(voices_dirs=(str(voices),)), state_dir=str(state)).voice("agent", "int8")
 
 
-def test_say_cli_wav_and_stdout(tmp_path):
+def test_say_cli_wav_and_stdout(tmp_path, cache_dir):
     out = tmp_path / "out.wav"
+    warm = ["--set", f"service.cache_dir={cache_dir}"]  # the module's engines made its graphs
     cmd = [sys.executable, "-m", "cosyvoiced.tts.cli", "say", "Your code is B4T.", "-o", str(out),
-           "--rate", "16000", "--precision", "fp32", "--set", f"service.cache_dir={tmp_path}"]
+           "--rate", "16000", "--precision", "fp32", *warm]
     subprocess.run(cmd, check=True, timeout=120)
     with wave.open(str(out)) as w:
         assert (w.getframerate(), w.getsampwidth(), w.getnchannels()) == (16000, 2, 1)
         assert w.getnframes() > 16000
     raw = subprocess.run(cmd[:5] + ["-o", "-", "--rate", "8000", "--format", "mulaw", "--precision",
-                                    "fp32"], check=True, capture_output=True, timeout=120).stdout
+                                    "fp32", *warm], check=True, capture_output=True,
+                         timeout=120).stdout
     assert len(raw) > 8000 and b"{" not in raw[:200]  # audio only: logs go to stderr
     bad = subprocess.run(cmd[:4] + ["", "-o", "-"], capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "empty_text" in bad.stderr
