@@ -21,7 +21,9 @@ from tests.fixtures.daemon import DaemonProcess, ready_daemon
 
 @pytest.fixture(scope="module")
 def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
-    yield from ready_daemon(tmp_path_factory, "asr-process")
+    # a stopped ASR process is found hung after 4 s, not the default 10: the test waits it
+    yield from ready_daemon(tmp_path_factory, "asr-process",
+                            overrides=("workers.hang_restart_s=4",))
 
 
 @pytest.fixture(scope="module")
