@@ -17,7 +17,10 @@ inside its sentence; the lexicon (`tts.lexicon`) applies to the document's text,
 from __future__ import annotations
 
 import re
+from array import array
+from bisect import bisect_left
 from dataclasses import dataclass, field
+from itertools import accumulate
 from xml.parsers import expat
 
 import structlog
@@ -183,8 +186,8 @@ class _Parser:
         self.doc = ""
         """The document being parsed (spans point into it)."""
         self._ascii = True
-        self._chars_at: dict[int, int] | None = None
-        """Byte offset -> character offset, where the document is not ASCII."""
+        self._starts: array[int] | None = None
+        """Where each character starts in the UTF-8 document (where it is not ASCII)."""
         self.pause_ms = 0
         """The document's `<break>`s so far."""
         self.out: list[Segment] = []
@@ -306,13 +309,10 @@ class _Parser:
         byte = self.p.CurrentByteIndex
         if self._ascii:
             return byte
-        if self._chars_at is None:
-            import itertools
-
+        if self._starts is None:  # each character's first byte, in order
             lengths = (len(c.encode("utf-8", "surrogatepass")) for c in self.doc)
-            self._chars_at = {b: i for i, b in
-                              enumerate(itertools.accumulate(lengths, initial=0))}
-        return self._chars_at.get(byte, 0)
+            self._starts = array("q", accumulate(lengths, initial=0))
+        return bisect_left(self._starts, byte)
 
     def parse(self, text: str) -> list[Segment]:
         self.doc = text
