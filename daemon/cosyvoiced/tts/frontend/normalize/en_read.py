@@ -93,8 +93,11 @@ def windows(text: str, start: int, end: int, words: frozenset[str],
             take[j] = True
         if tokens[i][2] in words and tokens[i][2].endswith(".") and i + 1 < len(tokens):
             take[i + 1] = True  # "Dr. Evil"
-        if not any(c.isalnum() for c in tokens[i][2]) or re.fullmatch(r"[IVXLCDM]+", core):
-            # a lone symbol ("/", "=") or a roman numeral reads by its neighbours
+        if not any(c.isalnum() for c in tokens[i][2]):
+            # a lone symbol ("/", "=") reads by its neighbours: "x +1 = y"
+            for j in range(max(0, i - 2), min(len(tokens), i + 3)):
+                take[j] = True
+        elif re.fullmatch(r"[IVXLCDM]+", core):  # a roman numeral too: "Chapter IV"
             for j in (i - 1, i + 1):
                 if 0 <= j < len(tokens):
                     take[j] = True
