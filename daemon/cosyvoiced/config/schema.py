@@ -247,6 +247,11 @@ class AsrConfig:
     calls, sound cards, uploads and Wyoming clients without `language`. Empty: detected
     per utterance by a multilingual model, English on an English-only one. One of the
     model's languages (checked at start)."""
+    word_timestamps: bool = opt(False)
+    """Give every transcript its words' times (Whisper's alignment, stream-relative), on
+    streams that cannot ask: calls, sound cards, Wyoming. Off: only requests that ask
+    (`/v1/transcribe?words=true`, `/v1/stream?words=true`, OpenAI's
+    `timestamp_granularities[]=word`) pay for it."""
     beam_size: int = opt(1, min=1, max=16, live=True)
     """Beam width for decoding."""
     compute_type: Literal["int8", "int8_float32", "float32"] = opt("int8")
