@@ -27,8 +27,8 @@ import structlog
 
 from cosyvoiced.tts.errors import BadSsml, PausesTooLong, TtsError
 from cosyvoiced.tts.frontend.lexicon import Lexicon, check_ipa
-from cosyvoiced.tts.frontend.normalize import plain_segments
-from cosyvoiced.tts.frontend.normalize.en_calls import spell
+from cosyvoiced.tts.frontend.normalize import normalize_text, plain_segments
+from cosyvoiced.tts.frontend.normalize.en_calls import PHONE_RE, phone, spell
 from cosyvoiced.tts.frontend.normalize.en_dates import dates, spoken_date
 from cosyvoiced.tts.frontend.normalize.en_numbers import (
     CURRENCY_RE,
@@ -55,8 +55,8 @@ from cosyvoiced.tts.request import SPEED_RANGE
 log = structlog.get_logger(__name__)
 
 TAGS = ("speak", "break", "say-as", "prosody", "p", "s", "sub", "phoneme")
-INTERPRET_AS = ("digits", "telephone", "date", "currency", "characters", "spell-out",
-                "cardinal", "number", "ordinal")
+INTERPRET_AS = ("digits", "telephone", "date", "time", "currency", "characters", "spell-out",
+                "verbatim", "cardinal", "number", "ordinal")
 RATE_WORDS = {"x-slow": 0.6, "slow": 0.8, "medium": 1.0, "default": 1.0, "fast": 1.25,
               "x-fast": 1.5}
 STRENGTH_MS = {"none": 0, "x-weak": 100, "weak": 200, "medium": 400, "strong": 700,
@@ -157,8 +157,13 @@ def say_as(kind: str, text: str, fmt: str) -> str:
     text = text.strip()
     if kind == "digits":
         return digits(text)
-    if kind == "telephone":
-        return phone_number(text)
+    if kind == "telephone":  # in the groups agents read, as in plain text
+        m = PHONE_RE.fullmatch(text)
+        return phone(m) if m else phone_number(text)
+    if kind == "time":  # "5:30 PM EST": the English reader (NeMo's grammars where loaded)
+        return normalize_text(text)
+    if kind == "verbatim":
+        return characters(text)
     if kind == "date":
         return say_as_date(text, fmt)
     if kind == "currency":

@@ -34,6 +34,10 @@ def test_break(tag, ms):
     ("characters", "AB1", "A, B, one"),
     ("cardinal", "1,250", "one thousand two hundred fifty"),
     ("ordinal", "3", "third"),
+    ("telephone", "1-800-555-0199 ext. 42",
+     "one, eight hundred, five five five, zero one nine nine, extension four two"),
+    ("time", "5:30 PM EST", "five thirty P M Eastern Standard Time"),
+    ("verbatim", "X7-B", "X, seven, B"),
 ])
 def test_say_as(kind, text, spoken):
     doc = f'<speak><say-as interpret-as="{kind}">{text}</say-as></speak>'
