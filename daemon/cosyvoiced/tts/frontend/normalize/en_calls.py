@@ -68,14 +68,21 @@ ID_RE = re.compile(
     r"rewards|patient|employee|ticket|case|invoice|"
     r"tracking|confirmation|routing|card|ID|PIN|transaction|customer|serial|model)"
     r"(?:\s+(?:number|no\.|num\.|#|ID|code)(?:\s+(?:is|was|will\s+be))?)?:?\s*#?\s*|"
+    r"(?:PIN|ZIP|passcode|OTP)(?:\s+(?:code|number))?(?:\s+(?:is|was))?:?\s*|"
     r"(?:ending|ends|ended)\s+(?:in|with)\s+|last\s+(?:four|4)(?:\s+digits)?(?:\s+of)?\s+)"
-    r"(\d(?:\d|[ -](?=\d))*\d)(?![\w.,]\d)", re.IGNORECASE)
-HASH_RE = re.compile(r"(?<![\w#])#(?=\d)")
+    r"((?:[*xX•]{2,}[ -]?)?\d(?:\d|[ -](?=\d))*\d)(?![\w.,]\d)", re.IGNORECASE)
+"""A number named as an account, order, card-ending ... number; a mask before it
+("****1234") is read with it, as its digits alone."""
+HASH_RE = re.compile(r"(?<!#)#(?=[A-Z]*\d)")
+"""'#' before a number or a code: "number"."""
+EMERGENCY_RE = re.compile(r"(?<![\w.,-])(911|999|112)(?![\w-]|[.,]\d)")
+"""Emergency numbers, read as dialled: "nine one one"."""
 
 
 def id_number(written: str) -> str:
     """Digits one by one: in the groups written ("6620 1188 42"), or in groups of four
     when written as one long run; short pauses between groups."""
+    written = written.lstrip("*xX• -")
     groups = re.split(r"[ -]", written)
     if len(groups) > 1:
         return ", ".join(digits(g) for g in groups)
@@ -93,22 +100,27 @@ NOT_CODE_RE = re.compile(
 
 CODE_CONTEXT_RE = re.compile(
     r"\b(?:code|reference|confirmation|booking|ticket|tracking|serial|model|voucher|coupon|"
-    r"promo|PNR|locator)(?:\s+(?:number|no\.|#|ID|code))?(?:\s+(?:is|was))?:?\s*#?"
-    r"([A-Za-z0-9]*\d[A-Za-z0-9]*(?:-[A-Za-z0-9]+)*)(?![\w-]|\.\w)", re.IGNORECASE)
+    r"promo|PNR|locator|ID)(?:\s+(?:number|no\.|#|ID|code))?(?:\s+(?:is|was))?:?\s*#?"
+    r"((?=[A-Za-z0-9-]*\d)[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*)(?![\w-]|\.\w)", re.IGNORECASE)
 """A code named as one ("confirmation code QF8-2LM") is spelled whatever its shape."""
 
 
 def spell(code: str, *, phonetic: bool = False) -> str:
     """"QX47B" -> "Q X four seven B"; phonetic: "Q as in Quebec, X as in X-ray, four,
-    seven, B as in Bravo"."""
-    out = []
-    for c in code.upper():
-        if c.isdecimal():
-            out.append(DIGIT_WORDS[int(c)])
-        elif c in NATO:
-            letter = LETTER_A if c == "A" else c
-            out.append(f"{letter} as in {NATO[c]}" if phonetic else letter)
-    return (", " if phonetic else " ").join(out)
+    seven, B as in Bravo". The groups of a hyphenated code get short pauses ("C L M, two
+    zero two four")."""
+    groups = []
+    for group in code.upper().split("-"):
+        out = []
+        for c in group:
+            if c.isdecimal():
+                out.append(DIGIT_WORDS[int(c)])
+            elif c in NATO:
+                letter = LETTER_A if c == "A" else c
+                out.append(f"{letter} as in {NATO[c]}" if phonetic else letter)
+        if out:
+            groups.append((", " if phonetic else " ").join(out))
+    return ", ".join(groups)
 
 
 def _is_code(token: str) -> bool:
@@ -141,7 +153,7 @@ ZONES = {
     "GMT": "Greenwich Mean Time",
 }
 ZONE_RE = re.compile(r"\b(" + "|".join(z for z in ZONES if len(z) > 2) + r")\b|"
-                     r"(?:\b[AaPp]\.?[Mm]\.?|\d:\d\d)\s(ET|CT|MT|PT)\b")
+                     r"(?:(?<![A-Za-z])[AaPp]\.?[Mm]\.?|\d:\d\d)\s(ET|CT|MT|PT)\b")
 """Three- and four-letter zones anywhere; ET, CT, MT, PT only after a time."""
 ABBREVIATIONS = {
     "Ave.": "Avenue", "Blvd.": "Boulevard", "Rd.": "Road", "Apt.": "apartment",
@@ -183,6 +195,8 @@ def claims(text: str, *, phonetic: bool = False) -> Iterator[Claim]:
             found.append((m.start(), m.end(), spell(m.group(0), phonetic=phonetic)))
     for m in HASH_RE.finditer(text):
         found.append((m.start(), m.end(), "number"))
+    for m in EMERGENCY_RE.finditer(text):
+        found.append((m.start(), m.end(), digits(m.group(1))))
     for m in RANGE_RE.finditer(text):
         found.append((m.start(), m.end(),
                       f"{cardinal(int(m.group(1)))} to {cardinal(int(m.group(2)))}"))
@@ -196,6 +210,8 @@ def claims(text: str, *, phonetic: bool = False) -> Iterator[Claim]:
             continue  # a date: the grammars read it
         spoken = (_street_or_saint(text, m.start(), m.end()) if word == "St."
                   else ABBREVIATIONS[word])
+        if word[0].islower() and re.match(r"\s+[A-Z]", text[m.end():]):
+            spoken += "."  # "in 5 min. Thanks": it ends the sentence too
         found.append((m.start(), m.end(), spoken))
     found.sort(key=lambda c: c[0])  # stable: at one place, the rule found first wins
     end = 0

@@ -60,6 +60,8 @@ def _tidy(words: str) -> str:
 
 
 _DIGITS_RE = re.compile(r"\d+")
+_PER_RE = re.compile(r"(?<=\d)/(?=(?:month|year|week|day|night|hour|minute|person)\b)")
+""""$5/month": the grammars read "$9.99/mo" but not this; "$5 per month" they do."""
 _PUNCT_ONLY = frozenset(",.;:!?\"'()…—")
 
 
@@ -216,7 +218,7 @@ class EnglishReader:
             except UnicodeEncodeError:
                 taggable = False
         if taggable:
-            return _tidy(self.window(chunk))
+            return _tidy(self.window(_PER_RE.sub(" per ", chunk)))
         # what the long-window reader leaves in digits ("9,9,9"), digit by digit
         return _DIGITS_RE.sub(lambda m: digits(m.group(0)), _tidy(self.long_window(chunk)))
 

@@ -107,3 +107,18 @@ def test_hostile_text_is_read_in_bounded_time(grammars, written):
     out = normalize_text(written)
     assert time.monotonic() - t0 < 10.0  # the tagger's budget is 0.5 s a text
     assert out and not any(c.isdecimal() for c in out), out[:200]
+
+
+@pytest.mark.parametrize(("written", "spoken"), [
+    ("We're open 9am-5pm ET.", "We're open nine A M to five P M Eastern Time."),
+    ("Your PIN is 4821.", "Your PIN is four eight two one."),
+    ("The fee is $5/month.", "The fee is five dollars per month."),
+    ("Dial 911 now.", "Dial nine one one now."),
+    ("Your claim ID is CLM-2024-000187.",
+     "Your claim ID is C L M, two zero two four, zero zero zero one eight seven."),
+    ("Your account ending in ****1234 is locked.",
+     "Your account ending in one two three four is locked."),
+    ("Wait 3 to 5 min. Thanks.", "Wait three to five minutes. Thanks."),
+])
+def test_call_center_strings_the_grammars_alone_miss(grammars, written, spoken):
+    assert normalize_text(written) == spoken

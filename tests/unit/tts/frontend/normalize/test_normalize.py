@@ -72,11 +72,12 @@ GOLDEN = {
         ("ZIP 60614", "ZIP six zero six one four"),
         ("policy #88123", "policy number eight eight one two three"),
     ],
-    # issue 44: codes letter by letter without "as in" words (only where asked), an
+    # issue 44: codes letter by letter without "as in" words (only where asked; a short
+    # pause at a hyphen), an
     # area code such as 800 "eight hundred" (as agents and NeMo read it), no comma after
     # a phone number, "#" before digits "number"
     "confirmation codes": [
-        ("code XK7-93B", "code X K seven nine three B"),
+        ("code XK7-93B", "code X K seven, nine three B"),
         ("B4T", "B four T"),
     ],
     "abbreviations": [
