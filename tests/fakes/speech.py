@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import numpy as np
 
-from cosyvoiced.listen.events import Transcript, VoiceStarted, VoiceStopped
+from cosyvoiced.listen.events import Transcript, VoiceStarted, VoiceStopped, Word
 from cosyvoiced.serve.speech import ListenEvent, Overloaded, VoiceMeta
 from cosyvoiced.tts.errors import UnknownVoice
 from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text
@@ -51,6 +51,9 @@ class FakeListening:
         self.transcripts: list[Transcript] = []
         self.language = ""
         """The language it was opened in ("": none asked)."""
+        self.words = False
+        """Opened asking for word times: each transcript then has one word per 0.1 s of
+        its speech, in order, inside it."""
 
     def _ms(self, n: int) -> int:
         return n * 1000 // self.rate_hz
@@ -67,8 +70,13 @@ class FakeListening:
     def _end(self) -> None:
         assert self.start is not None
         self.queue.put_nowait(VoiceStopped(self._ms(self.start), self._ms(self.pos)))
+        start_s, end_s = self.start / self.rate_hz, self.pos / self.rate_hz
+        n = max(1, int((end_s - start_s) * 10))
+        step = (end_s - start_s) / n
+        words = tuple(Word(f"w{i}", round(start_s + i * step, 3),
+                           round(start_s + (i + 1) * step, 3), 0.9) for i in range(n))
         t = Transcript(f"{self.pos - self.start} samples", self._ms(self.start),
-                       self._ms(self.pos), 1.0, 0.1)
+                       self._ms(self.pos), 1.0, 0.1, words=words if self.words else None)
         self.transcripts.append(t)
         self.queue.put_nowait(t)  # as the real one: each transcript is also an event
         self.start = None
@@ -117,10 +125,12 @@ class FakeSpeech:
                              options.rate_hz if self.at_rate_asked else None)
 
     async def listen(self, rate_hz: int, stream_id: str,
-                     backlog_s: float | None = 30.0, language: str = "") -> FakeListening:
+                     backlog_s: float | None = 30.0, language: str = "",
+                     words: bool = False) -> FakeListening:
         if self.active >= self.capacity:
             raise Overloaded("no capacity left")
         lis = FakeListening(rate_hz)
         lis.language = language
+        lis.words = words
         self.listens.append(lis)
         return lis

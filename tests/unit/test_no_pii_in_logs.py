@@ -105,7 +105,7 @@ class _SecretListening(FakeListening):
 
 class _SecretSpeech(FakeSpeech):
     async def listen(self, rate_hz: int, stream_id: str, backlog_s: float | None = 30.0,
-                     language: str = "") -> FakeListening:
+                     language: str = "", words: bool = False) -> FakeListening:
         lis = _SecretListening(rate_hz)
         self.listens.append(lis)
         return lis

@@ -24,6 +24,10 @@ accuracy can drop, so the encoder length is `max(min_encoder_frames, T + 1 s)` c
 well under half the decoding time; the measurements are in docs/performance.md).
 A decode that loops (zlib compression ratio > 2.4, Whisper's own test) on a shortened
 window is decoded again on the full 3000 frames.
+An utterance that asks for word times (`Utterance.words`) has its transcript aligned to
+its audio by CTranslate2's `align` on the same encoder output (listen/words.py: the
+cross-attention DTW faster-whisper builds its word timestamps on); the others of its
+batch pay nothing for it.
 Several utterances (from any streams) are decoded in one `generate` call. With
 `replicas` > 1, that many batches decode at once on threads of their own, all on one copy
 of the weights (CTranslate2's `inter_threads`: "the model weights are shared" between
@@ -47,7 +51,7 @@ import structlog
 
 from cosyvoiced.config.schema import AsrConfig
 from cosyvoiced.errors import CosyvoicedError
-from cosyvoiced.listen.events import Transcript
+from cosyvoiced.listen.events import Transcript, Word
 from cosyvoiced.listen.features.spec import WHISPER
 from cosyvoiced.listen.features.stream import MelFrames, MelStream, whisper_normalize
 from cosyvoiced.listen.languages import (
@@ -56,6 +60,7 @@ from cosyvoiced.listen.languages import (
     resolve_language,
     special_ids,
 )
+from cosyvoiced.listen.words import MEDIAN_FILTER_WIDTH, WordPiece, align_words, split_words
 
 __all__ = ["AsrError", "Utterance", "WhisperAsr", "bundled_model_dir", "warm_up_utterance"]
 
@@ -141,6 +146,11 @@ class Utterance:
     language: str = ""
     """Code of the language spoken (one of `WhisperAsr.languages`); "": detect it (a
     multilingual model) or English (an English-only one)."""
+    words: bool = False
+    """Time its words too (its transcript's `words`)."""
+    origin_ms: int | None = None
+    """Stream time of `frames[0]` (the VAD's pre-roll starts it before `start_ms`);
+    None: `start_ms`."""
 
 
 WARMUP_FRAMES = 150
@@ -261,10 +271,12 @@ class WhisperAsr:
         speech_s = max(lengths) / 100.0
         max_length = min(_MAX_TOKENS, len(self.prompt) + 12 + int(speech_s * 10))
         langs = [u.language for u in utts] if self.multilingual else ["en"] * n
+        timed = [b for b, u in enumerate(utts) if u.words]
         try:
             features = self._ct2.StorageView.from_array(x)
-            if not all(langs):  # detect what was not asked, on the encoder output decoded next
+            if timed or not all(langs):  # encoded once for detection, decoding, alignment
                 features = self._model.encode(features)
+            if not all(langs):  # detect what was not asked, on the encoder output decoded next
                 for b, found in enumerate(self._model.detect_language(features)):
                     langs[b] = langs[b] or found[0][0][2:-2]
             prompts = ([self.prompt_for(lang) for lang in langs] if self.multilingual
@@ -272,6 +284,7 @@ class WhisperAsr:
             results = self._model.generate(
                 features, prompts, beam_size=cfg.beam_size, max_length=max_length,
                 suppress_blank=True, suppress_tokens=[-1])
+            words = self._align(features, timed, utts, results, lengths, langs)
         except (RuntimeError, ValueError) as exc:
             raise AsrError(f"Whisper decode failed: {exc}", code="asr_decode") from exc
         done = time.monotonic()
@@ -286,7 +299,8 @@ class WhisperAsr:
                 retry.append(i)
             out.append(Transcript(text=text, start_ms=u.start_ms, end_ms=u.end_ms,
                                   latency_ms=round((done - u.speech_end_s) * 1000.0, 1),
-                                  rtf=round(rtf, 4), stream=u.stream, language=lang))
+                                  rtf=round(rtf, 4), stream=u.stream, language=lang,
+                                  words=words.get(i)))
         self.decoded += n
         if retry:  # repetition loop on a short window: decode again on Whisper's full 30 s
             self.retries += len(retry)
@@ -296,9 +310,51 @@ class WhisperAsr:
                 out[i] = t
         return out
 
+    def _align(self, features: object, timed: list[int], utts: Sequence[Utterance],
+               results: Sequence[object], lengths: list[int],
+               langs: list[str]) -> dict[int, tuple[Word, ...]]:
+        """The words of the utterances `timed` (batch indices), aligned on the batch's
+        encoder output: one `align` call per prompt (language) among them."""
+        out: dict[int, tuple[Word, ...]] = {}
+        groups: dict[tuple[int, ...], list[int]] = {}
+        pieces = {}
+        for b in timed:
+            r = results[b]
+            toks = [(tok, t) for tok, t in zip(r.sequences[0], r.sequences_ids[0],  # type: ignore[attr-defined]
+                                               strict=True) if t < self.eot]
+            out[b] = ()
+            if toks and lengths[b]:
+                pieces[b] = split_words([tok for tok, _ in toks], [t for _, t in toks],
+                                        self.eot, _byte_of_char())
+                groups.setdefault(tuple(self.prompt_for(langs[b])[:-1]), []).append(b)
+        if not groups:
+            return out
+        encoded = np.asarray(features)
+        for start, batch in groups.items():
+            sub = (features if len(batch) == encoded.shape[0]
+                   else self._ct2.StorageView.from_array(np.ascontiguousarray(encoded[batch])))
+            aligned = self._model.align(
+                sub, list(start), [[t for w in pieces[b] for t in w.tokens] for b in batch],
+                [lengths[b] for b in batch], median_filter_width=MEDIAN_FILTER_WIDTH)
+            for b, result in zip(batch, aligned, strict=True):
+                u = utts[b]
+                origin = u.start_ms if u.origin_ms is None else u.origin_ms
+                words = [*pieces[b], _eot_piece(self.eot)]
+                out[b] = tuple(align_words(result, words, lengths[b],
+                                           (u.start_ms - origin) / 1000,
+                                           (u.end_ms - origin) / 1000, origin / 1000))
+        return out
+
     def transcribe_audio(self, samples_16k: np.ndarray, stream: str = "",
-                         language: str = "") -> Transcript:
-        """Convenience: features + decode for one 16 kHz clip (tools and tests)."""
+                         language: str = "", *, words: bool = False) -> Transcript:
+        """Convenience: features + decode for one 16 kHz clip (tools and tests); `words`:
+        with its words' times (seconds from the clip's start)."""
         end_ms = samples_16k.shape[0] * 1000 // WHISPER.rate_hz
         return self._batch([Utterance(clip_frames(samples_16k), 0, end_ms, time.monotonic(),
-                                      stream, self.check_language(language))], self.cfg)[0]
+                                      stream, self.check_language(language), words, 0)],
+                           self.cfg)[0]
+
+
+def _eot_piece(eot: int) -> WordPiece:
+    """The end-of-text token as the last 'word': its start closes the last real word."""
+    return WordPiece("", [eot])

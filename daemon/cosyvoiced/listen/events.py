@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 __all__ = ["BargeIn", "CallEnded", "CallStarted", "DtmfPressed", "Event", "EventBus",
            "PlaybackDone", "PlaybackStarted", "Subscription", "Transcript", "VoiceStarted",
-           "VoiceStopped"]
+           "VoiceStopped", "Word"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +49,24 @@ class VoiceStopped:
 
 
 @dataclass(frozen=True, slots=True)
+class Word:
+    """One transcribed word and when it was spoken (Whisper's alignment, listen/words.py)."""
+
+    word: str
+    start_s: float
+    """Seconds from the start of the stream (an upload: from the start of the file)."""
+    end_s: float
+    probability: float
+    """Mean probability of the word's tokens."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire form, OpenAI's word shape: `{"word", "start", "end"}` in seconds, plus
+        `probability`."""
+        return {"word": self.word, "start": self.start_s, "end": self.end_s,
+                "probability": self.probability}
+
+
+@dataclass(frozen=True, slots=True)
 class Transcript:
     """Text of the utterance `start_ms`..`end_ms`; `latency_ms` from end of speech to text."""
 
@@ -63,9 +81,17 @@ class Transcript:
     language: str = ""
     """Code of the language it was transcribed in (asked, or detected by a multilingual
     model)."""
+    words: tuple[Word, ...] | None = None
+    """Its words with their times, when the stream asked for them (None: not asked; the
+    wire form then has no `words` key)."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, **asdict(self)}
+        out = {"type": self.type, "text": self.text, "start_ms": self.start_ms,
+               "end_ms": self.end_ms, "latency_ms": self.latency_ms, "rtf": self.rtf,
+               "stream": self.stream, "language": self.language}
+        if self.words is not None:
+            out["words"] = [w.to_dict() for w in self.words]
+        return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -89,11 +89,13 @@ class Speech(Protocol):
         """Check and admit a request (typed errors here), then stream its audio."""
 
     async def listen(self, rate_hz: int, stream_id: str,
-                     backlog_s: float | None = BACKLOG_S, language: str = "") -> Listening:
+                     backlog_s: float | None = BACKLOG_S, language: str = "",
+                     words: bool = False) -> Listening:
         """Admit a listening stream at `rate_hz` (8000 or 16000). `backlog_s`: audio it
         may hold beyond its capture ring before more is dropped (None: an upload, whose
         size its request already bounds, kept whole). `language`: a code of
-        `asr_languages()` its speech is transcribed in ("": the model's choice)."""
+        `asr_languages()` its speech is transcribed in ("": the model's choice).
+        `words`: its transcripts carry their words' times (stream-relative)."""
 
 
 # --- the worker pool behind the interface -----------------------------------------
@@ -280,9 +282,10 @@ class PoolSpeech:
         return PoolSynthesis(handle, request_id, fmt)
 
     async def listen(self, rate_hz: int, stream_id: str,
-                     backlog_s: float | None = BACKLOG_S, language: str = "") -> PoolListening:
+                     backlog_s: float | None = BACKLOG_S, language: str = "",
+                     words: bool = False) -> PoolListening:
         handle = await self.pool.open_listen_stream(rate_hz, stream_id=stream_id,
-                                                    language=language)
+                                                    language=language, words=words)
         return PoolListening(handle, backlog_s)
 
 

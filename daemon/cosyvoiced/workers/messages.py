@@ -51,6 +51,8 @@ class OpenListen:
     language: str = ""
     """Language code its utterances are transcribed in ("": the model's choice: detected
     by a multilingual model, English by an English-only one)."""
+    words: bool = False
+    """Its transcripts carry word times (stream-relative)."""
 
 
 @dataclass(frozen=True)

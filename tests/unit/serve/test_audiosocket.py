@@ -350,8 +350,8 @@ class _ClosingSpeech(FakeSpeech):
         self.closed: list[object] = []
 
     async def listen(self, rate_hz: int, stream_id: str, backlog_s: float | None = 30.0,
-                     language: str = ""):
-        lis = await super().listen(rate_hz, stream_id, backlog_s, language)
+                     language: str = "", words: bool = False):
+        lis = await super().listen(rate_hz, stream_id, backlog_s, language, words)
         close = lis.close
 
         async def closing():

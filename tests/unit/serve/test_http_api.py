@@ -237,6 +237,39 @@ def test_transcribe_wav_and_raw_pcm():
     run(go)
 
 
+def test_transcribe_and_stream_carry_word_times_when_asked():
+    audio = np.zeros(16000, dtype=np.int16)
+    audio[4000:8000] = 12000
+
+    async def go(http, daemon):
+        async with http.post("/v1/transcribe?words=true", data=wav_bytes(audio, 16000),
+                             headers={"Content-Type": "audio/wav"}) as r:
+            out = await r.json()
+            assert r.status == 200, out
+        words = out["segments"][0]["words"]
+        assert [w["start"] for w in words] == sorted(w["start"] for w in words)
+        assert words[0]["start"] == 0.25 and words[-1]["end"] == 0.5  # stream-relative, s
+        assert set(words[0]) == {"word", "start", "end", "probability"}
+        async with http.post("/v1/transcribe", data=wav_bytes(audio, 16000),
+                             headers={"Content-Type": "audio/wav"}) as r:
+            assert "words" not in (await r.json())["segments"][0]  # the shape as it was
+        async with http.post("/v1/transcribe?words=maybe", data=wav_bytes(audio, 16000),
+                             headers={"Content-Type": "audio/wav"}) as r:
+            assert r.status == 400 and (await r.json())["error"]["code"] == "bad_parameter"
+        events = []
+        for query in ("&words=true", ""):
+            async with http.ws_connect(f"/v1/stream?rate_hz=16000{query}") as ws:
+                assert (await ws.receive_json())["type"] == "ready"
+                await ws.send_bytes(audio.tobytes())
+                await ws.send_str(json.dumps({"type": "end"}))
+                events.append([json.loads(m.data) async for m in ws
+                               if m.type == WSMsgType.TEXT])
+        timed, plain = ([e for e in got if e["type"] == "transcript"] for got in events)
+        assert timed[0]["words"][0]["start"] == 0.25 and "words" not in plain[0]
+        assert [lis.words for lis in daemon.speech.listens] == [True, False, True, False]
+    run(go)
+
+
 def test_sse_events_filtered_by_stream():
     async def go(http, daemon):
         async with http.get("/v1/events?stream=call-1") as r:
@@ -351,8 +384,8 @@ class _CountingSpeech(FakeSpeech):
         self.closed = 0
 
     async def listen(self, rate_hz: int, stream_id: str, backlog_s: float | None = 30.0,
-                     language: str = "") -> FakeListening:
-        lis = await super().listen(rate_hz, stream_id, backlog_s, language)
+                     language: str = "", words: bool = False) -> FakeListening:
+        lis = await super().listen(rate_hz, stream_id, backlog_s, language, words)
         close = lis.close
 
         async def counted_close() -> list[Transcript]:

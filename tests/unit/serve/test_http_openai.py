@@ -16,6 +16,8 @@ from aiohttp import FormData
 from cosyvoiced.audio.container import decode
 from cosyvoiced.config.listeners import OpenAIConfig, OpenAIVoices
 from cosyvoiced.config.schema import Config
+from cosyvoiced.listen.events import Transcript, Word
+from cosyvoiced.serve.http.openai import segment, subtitles
 from tests.fakes.daemon import FakeDaemon, wav_bytes
 from tests.fakes.speech import FakeSpeech
 from tests.unit.serve.test_http_api import run as run_any
@@ -203,8 +205,66 @@ def test_transcriptions_in_every_response_format():
     run(go)
 
 
+def test_verbose_json_with_word_and_segment_times():
+    async def go(http, daemon):
+        got = {}
+        for asked in (["word"], ["word", "segment"], ["segment"], []):
+            fields = {"timestamp_granularities[]": asked} if asked else {}
+            async with http.post("/v1/audio/transcriptions",
+                                 data=form(flac(SPEECH, 16000), response_format="verbose_json",
+                                           **fields)) as r:
+                assert r.status == 200, await r.text()
+                got[tuple(asked)] = await r.json()
+            assert daemon.speech.listens[-1].words == ("word" in asked)  # cost only if asked
+        words = got[("word",)]["words"]
+        assert "segments" not in got[("word",)]  # OpenAI's shape for words alone
+        assert all(set(w) == {"word", "start", "end"} for w in words)
+        starts = [w["start"] for w in words]
+        assert starts == sorted(starts) and len(words) == 5 + 2  # 0.5 s and 0.25 s of speech
+        assert all(0 <= w["start"] <= w["end"] <= got[("word",)]["duration"] for w in words)
+        both = got[("word", "segment")]
+        assert both["words"] == words
+        assert [(s["start"], s["end"]) for s in both["segments"]] == [(0.5, 1.0), (1.5, 1.75)]
+        assert "words" not in got[("segment",)] and "words" not in got[()]
+        assert got[("segment",)]["segments"] == got[()]["segments"]
+    run(go)
+
+
+def test_subtitles_are_timed_from_the_words():
+    async def go(http, daemon):
+        for fmt in ("srt", "vtt", "json"):
+            async with http.post("/v1/audio/transcriptions",
+                                 data=form(flac(SPEECH, 16000), response_format=fmt)) as r:
+                assert r.status == 200
+            assert daemon.speech.listens[-1].words == (fmt != "json")
+    run(go)
+    # the VAD's bounds pad the speech; the cues run from the first word to the last
+    timed = Transcript("Please hold.", 1000, 4000, 1.0, 0.1,
+                       words=(Word("Please", 1.24, 1.6, 0.9), Word("hold.", 1.6, 2.35, 0.9)))
+    untimed = Transcript("Bye.", 5000, 6020, 1.0, 0.1)
+    assert subtitles([timed, untimed], vtt=True) == (
+        "WEBVTT\n\n00:00:01.240 --> 00:00:02.350\nPlease hold.\n\n"
+        "00:00:05.000 --> 00:00:06.020\nBye.\n")
+    assert subtitles([timed], vtt=False) == "1\n00:00:01,240 --> 00:00:02,350\nPlease hold.\n"
+    assert segment(0, timed)["start"] == 1.24 and segment(0, timed)["end"] == 2.35
+
+
+def test_an_unknown_granularity_names_the_accepted_ones():
+    async def go(http, daemon):
+        async with http.post("/v1/audio/transcriptions",
+                             data=form(webm(SPEECH, 16000), response_format="verbose_json",
+                                       **{"timestamp_granularities[]": ["word", "phoneme"]})
+                             ) as r:
+            assert r.status == 400
+            error = (await r.json())["error"]
+        assert error["code"] == "unsupported_granularity"
+        assert "'phoneme'" in error["message"] and "word, segment" in error["message"]
+        assert not daemon.speech.listens
+    run(go)
+
+
 @pytest.mark.parametrize("fields,status,code", [
-    ({"timestamp_granularities[]": ["segment", "word"]}, 400, "unsupported_granularity"),
+    ({"timestamp_granularities[]": ["segment", "sentence"]}, 400, "unsupported_granularity"),
     ({"language": "de"}, 400, "unsupported_language"),
     ({"response_format": "xml"}, 400, "unsupported_format"),
 ])

@@ -36,6 +36,8 @@ SPEECH_FORMATS = ("mp3", "opus", "aac", "flac", "wav", "pcm")
 OPENAI_RATE_HZ = 24000
 """OpenAI's `pcm` is 24 kHz s16le mono; every other format is made at that rate too."""
 TRANSCRIPTION_FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+GRANULARITIES = ("word", "segment")
+"""`timestamp_granularities[]` values (OpenAI's); honoured with `verbose_json`."""
 ASR_RATE_HZ = 16000
 MAX_AUDIO_S = MAX_UPLOAD_BYTES / 2 / ASR_RATE_HZ
 """Longest upload `/v1/audio/transcriptions` decodes: what the largest WAV upload to
@@ -90,15 +92,14 @@ class OpenAIRoutes:
         if fmt not in TRANSCRIPTION_FORMATS:
             raise api_error("unsupported_format", f"response_format must be one of "
                             f"{', '.join(TRANSCRIPTION_FORMATS)}")
-        for granularity in form.get("timestamp_granularities[]", []):
-            if granularity != "segment":
-                raise api_error("unsupported_granularity",
-                                f"timestamp granularity {granularity!r} is not supported: "
-                                "the transcripts here are timed per segment only")
+        granularities = granularities_of(form)
+        # word times for words, and for subtitles: cues from the first word's start to the
+        # last one's end, not the VAD's padded bounds
+        words = fmt in ("srt", "vtt") or (fmt == "verbose_json" and "word" in granularities)
         speech = self.listen.speech
         language = check_language(form.get("language", [""])[-1], speech)
         finals, duration_s, _ = await self.listen.transcribe_with(
-            lambda: decode_upload(data, ASR_RATE_HZ), ASR_RATE_HZ, language)
+            lambda: decode_upload(data, ASR_RATE_HZ), ASR_RATE_HZ, language, words)
         finals = [t for t in finals if t.text.strip()]  # an utterance Whisper heard nothing in
         text = " ".join(t.text.strip() for t in finals)
         took_s = time.monotonic() - t0
@@ -110,10 +111,15 @@ class OpenAIRoutes:
         if fmt == "json":
             return web.json_response({"text": text, "usage": usage(duration_s)})
         spoken = language_name(spoken_language(finals, language, speech.asr_languages()))
-        return web.json_response({
-            "task": "transcribe", "language": spoken, "duration": round(duration_s, 3),
-            "text": text, "segments": [segment(i, t) for i, t in enumerate(finals)],
-            "usage": usage(duration_s), "processing_s": round(took_s, 3)})
+        out: dict[str, Any] = {"task": "transcribe", "language": spoken,
+                               "duration": round(duration_s, 3), "text": text}
+        if "segment" in granularities or not granularities:  # OpenAI's default: segments
+            out["segments"] = [segment(i, t) for i, t in enumerate(finals)]
+        if "word" in granularities:
+            out["words"] = [{"word": w.word, "start": w.start_s, "end": w.end_s}
+                            for t in finals for w in t.words or ()]
+        return web.json_response({**out, "usage": usage(duration_s),
+                                  "processing_s": round(took_s, 3)})
 
     async def models(self, _request: web.Request) -> web.Response:
         speech = self.tts.speech
@@ -183,20 +189,43 @@ async def read_form(request: web.Request) -> tuple[dict[str, list[str]], bytes]:
     return form, bytes(data)
 
 
+def granularities_of(form: dict[str, list[str]]) -> tuple[str, ...]:
+    """The form's `timestamp_granularities[]` (OpenAI's clients send the brackets), each
+    one of `GRANULARITIES`, else 400 `unsupported_granularity` naming them."""
+    asked = tuple(form.get("timestamp_granularities[]", [])
+                  + form.get("timestamp_granularities", []))
+    for granularity in asked:
+        if granularity not in GRANULARITIES:
+            raise api_error("unsupported_granularity",
+                            f"timestamp granularity {granularity!r} is not supported: "
+                            f"accepted values are {', '.join(GRANULARITIES)}")
+    return asked
+
+
+def span_ms(t: Transcript) -> tuple[int, int]:
+    """Where an utterance's speech is: its first word's start to its last word's end
+    when its words were timed, else the VAD's bounds."""
+    if t.words:
+        return round(t.words[0].start_s * 1000), round(t.words[-1].end_s * 1000)
+    return t.start_ms, t.end_ms
+
+
 def usage(duration_s: float) -> dict[str, Any]:
     return {"type": "duration", "seconds": round(duration_s, 3)}
 
 
 def segment(i: int, t: Transcript) -> dict[str, Any]:
-    """One verbose_json segment. Whisper's decoding here reports no token ids, log
-    probabilities or compression ratio: those fields are empty or 0."""
-    return {"id": i, "seek": 0, "start": t.start_ms / 1000, "end": t.end_ms / 1000,
+    """One verbose_json segment (its words' span when they were timed). Whisper's
+    decoding here reports no token ids, log probabilities or compression ratio: those
+    fields are empty or 0."""
+    start_ms, end_ms = span_ms(t)
+    return {"id": i, "seek": 0, "start": start_ms / 1000, "end": end_ms / 1000,
             "text": t.text.strip(), "tokens": [], "temperature": 0.0, "avg_logprob": 0.0,
             "compression_ratio": 0.0, "no_speech_prob": 0.0}
 
 
 def subtitles(finals: list[Transcript], *, vtt: bool) -> str:
-    """SRT or WebVTT cues, one per transcribed utterance."""
+    """SRT or WebVTT cues, one per transcribed utterance, timed as `span_ms` says."""
     sep = "." if vtt else ","
 
     def stamp(ms: int) -> str:
@@ -205,7 +234,8 @@ def subtitles(finals: list[Transcript], *, vtt: bool) -> str:
         s, ms = divmod(rest, 1000)
         return f"{h:02d}:{m:02d}:{s:02d}{sep}{ms:03d}"
 
-    cues = [f"{stamp(t.start_ms)} --> {stamp(t.end_ms)}\n{t.text.strip()}\n" for t in finals]
+    cues = [f"{stamp(a)} --> {stamp(b)}\n{t.text.strip()}\n"
+            for t in finals for a, b in [span_ms(t)]]
     if vtt:
         return "WEBVTT\n\n" + "\n".join(cues)
     return "\n".join(f"{n}\n{cue}" for n, cue in enumerate(cues, 1))

@@ -4,6 +4,8 @@
 Both that transcribe take `?language=` (a code, tag or name of the ASR model's languages;
 another is 400 `unsupported_language` before anything is admitted): without one a
 multilingual model detects each utterance's language, an English-only one hears English.
+Both take `?words=true` too: each transcript then carries its words' times (seconds from
+the stream's start), which costs an alignment pass per utterance.
 """
 
 from __future__ import annotations
@@ -117,6 +119,14 @@ def check_language(asked: str, speech: Speech) -> str:
         raise api_error(exc.code, str(exc)) from None
 
 
+def words_flag(request: web.Request) -> bool:
+    """`?words=`: true/1 or false/0 (absent: false); anything else is 400."""
+    value = request.query.get("words", "false").lower()
+    if value not in ("true", "1", "false", "0"):
+        raise api_error("bad_parameter", "words must be true or false")
+    return value in ("true", "1")
+
+
 MAX_SSE_SUBSCRIBERS = 64
 """`GET /v1/events` connections at once (each holds a queue of up to 1024 events); more
 are 503 `overloaded`."""
@@ -136,13 +146,14 @@ class ListenRoutes:
         app.router.add_get("/v1/stream", self.stream)
 
     async def _listen(self, rate_hz: int, kind: str, backlog_s: float | None = BACKLOG_S,
-                      language: str = "") -> tuple[Listening, str]:
+                      language: str = "", words: bool = False) -> tuple[Listening, str]:
         try:
             info = self.streams.open(kind)
         except Refused as exc:
             raise as_api_error(exc) from None
         try:
-            return await self.speech.listen(rate_hz, info.id, backlog_s, language), info.id
+            return (await self.speech.listen(rate_hz, info.id, backlog_s, language, words),
+                    info.id)
         except Unavailable as exc:
             self.streams.close(info.id)
             raise as_api_error(exc) from None
@@ -158,11 +169,14 @@ class ListenRoutes:
         rate = upload_rate(body, ctype, rate_param)  # the header only: typed errors now
         asked = request.query.get("language", "")
         language = check_language(asked, self.speech) if asked else ""
+        words = words_flag(request)
         listen_rate = rate if rate in LISTEN_RATES_HZ else 16000
         finals, duration_s, stream_id = await self.transcribe_with(
-            lambda: decode_at(body, ctype, rate_param, listen_rate), listen_rate, language)
+            lambda: decode_at(body, ctype, rate_param, listen_rate), listen_rate, language,
+            words)
         segments = [{"text": t.text.strip(), "start_ms": t.start_ms, "end_ms": t.end_ms,
-                     "latency_ms": t.latency_ms, "rtf": t.rtf, "language": t.language}
+                     "latency_ms": t.latency_ms, "rtf": t.rtf, "language": t.language,
+                     **({"words": [w.to_dict() for w in t.words or ()]} if words else {})}
                     for t in finals]
         took_ms = (time.monotonic() - t0) * 1000
         return web.json_response({
@@ -175,14 +189,15 @@ class ListenRoutes:
         })
 
     async def transcribe_with(self, decode: Callable[[], np.ndarray], listen_rate: int,
-                              language: str = "") -> tuple[list[Transcript], float, str]:
+                              language: str = "", words: bool = False
+                              ) -> tuple[list[Transcript], float, str]:
         """Admit a listening stream at `listen_rate` in `language` (a code checked by
         `check_language`, or ""), then run `decode` (the upload's samples at that rate)
-        off the event loop and transcribe them: the finals, the audio's duration and the
-        stream's id."""
+        off the event loop and transcribe them (with word times when `words`): the
+        finals, the audio's duration and the stream's id."""
         # admitted before the work of decoding, which runs off the event loop
         listening, stream_id = await self._listen(listen_rate, "transcribe", backlog_s=None,
-                                                  language=language)
+                                                  language=language, words=words)
         try:
             try:
                 samples = await asyncio.to_thread(decode)
@@ -246,10 +261,11 @@ class ListenRoutes:
             raise api_error("unsupported_rate", f"rate_hz must be one of {LISTEN_RATES_HZ}")
         asked = request.query.get("language", "")
         language = check_language(asked, self.speech) if asked else ""
+        words = words_flag(request)
         ws = web.WebSocketResponse(heartbeat=20.0, max_msg_size=1 << 20)
         if not ws.can_prepare(request).ok:
             return websocket_required()
-        listening, stream_id = await self._listen(rate, "ws", language=language)
+        listening, stream_id = await self._listen(rate, "ws", language=language, words=words)
         session: _WsSession | None = None
         forward: asyncio.Task[None] | None = None
         try:

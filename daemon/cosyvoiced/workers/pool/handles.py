@@ -176,9 +176,12 @@ class ListenHandle(StreamHandle):
         self._flushed: asyncio.Future[bool] | None = None
         self.language = ""
         """Language code its utterances are transcribed in ("": the model's choice)."""
+        self.words = False
+        """Its transcripts carry word times."""
 
     def open_message(self) -> m.OpenListen:
-        return m.OpenListen(self.stream_id, self.ring.name, self.rate_hz, self.language)
+        return m.OpenListen(self.stream_id, self.ring.name, self.rate_hz, self.language,
+                            self.words)
 
     def deliver(self, msg: object) -> None:
         if isinstance(msg, m.StreamClosed):

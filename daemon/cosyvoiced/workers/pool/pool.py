@@ -232,7 +232,7 @@ class WorkerPool:
                 if s.proc is not None and s.proc.ready]
 
     def _open(self, handle_cls: type[StreamHandle], kind: str, ring: Ring, rate_hz: int,
-              stream_id: str | None, language: str = "") -> StreamHandle:
+              stream_id: str | None, language: str = "", words: bool = False) -> StreamHandle:
         if not self.running:
             raise PoolNotRunning("the worker pool is not running")
         sid = stream_id or f"{kind}-{next(self._ids)}"
@@ -250,7 +250,7 @@ class WorkerPool:
                 assert proc is not None
                 handle = handle_cls(self, sid, index, ring, rate_hz)
                 if isinstance(handle, ListenHandle):
-                    handle.language = language
+                    handle.language, handle.words = language, words
                 slot.streams[sid] = handle
                 self._handles[sid] = handle
                 if kind == "listen":
@@ -275,14 +275,15 @@ class WorkerPool:
         return handle
 
     async def open_listen_stream(self, rate_hz: int, stream_id: str | None = None,
-                                 language: str = "") -> ListenHandle:
+                                 language: str = "", words: bool = False) -> ListenHandle:
         """A capture stream (8000 or 16000 Hz) whose VAD events arrive on `handle.events`,
-        its utterances transcribed in `language` ("": the model's choice)."""
+        its utterances transcribed in `language` ("": the model's choice), with their
+        words' times when `words`."""
         if rate_hz not in (8000, 16000):
             raise WorkerError(f"listen streams run at 8000 or 16000 Hz, not {rate_hz}",
                               code="unsupported_rate")
         ring = Ring.create(int(CAPTURE_RING_S * rate_hz), policy="drop")
-        handle = self._open(ListenHandle, "listen", ring, rate_hz, stream_id, language)
+        handle = self._open(ListenHandle, "listen", ring, rate_hz, stream_id, language, words)
         assert isinstance(handle, ListenHandle)
         return handle
 

@@ -100,15 +100,18 @@ class WorkerListening:
 
     # --- streams --------------------------------------------------------------------
 
-    def open(self, stream_id: str, rate_hz: int, ring: Any, language: str = "") -> None:
-        """Start listening on `ring` in `language` ("": `asr.language`); raises the
+    def open(self, stream_id: str, rate_hz: int, ring: Any, language: str = "", *,
+             words: bool = False) -> None:
+        """Start listening on `ring` in `language` ("": `asr.language`), its transcripts
+        with word times when `words` (or `asr.word_timestamps`); raises the
         VAD's typed error on a bad rate or no slot, `LanguageError` for a language the
         model does not transcribe."""
         language = language or getattr(self.setup.asr, "language", "")
         if language and self.decoder is not None:
             language = self.decoder.check_language(language)
         tap = ListenTap(stream_id, rate_hz, ring, self.vad_cfg, self.pool,
-                        lambda item, sid=stream_id: self._emit(sid, item), language)
+                        lambda item, sid=stream_id: self._emit(sid, item), language,
+                        words=words or bool(getattr(self.setup.asr, "word_timestamps", False)))
         # ASR off: the tick reads (and cleans) the ring itself (no tap on the VAD-only
         # hot path); a tap cleans each window before its history and mel.
         asr = self.pool is not None

@@ -292,7 +292,7 @@ class Worker:
             return
         sid = msg.stream_id
         try:
-            self.listen.open(sid, msg.rate_hz, ring, msg.language)
+            self.listen.open(sid, msg.rate_hz, ring, msg.language, words=msg.words)
         except Exception as exc:  # a typed VadError or LanguageError ends this stream only
             self._rings.pop(sid).close()
             self._send(m.StreamError(sid, -1, getattr(exc, "code", "vad_error"), str(exc)))

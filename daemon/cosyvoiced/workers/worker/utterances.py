@@ -137,10 +137,13 @@ class ListenTap:
     """
 
     def __init__(self, stream_id: str, rate_hz: int, ring: Any, vad_cfg: VadConfig,
-                 pool: MelPool | None, emit: Emit, language: str = "") -> None:
+                 pool: MelPool | None, emit: Emit, language: str = "", *,
+                 words: bool = False) -> None:
         self.id = stream_id
         self.language = language
         """The stream's language code, for each of its utterances ("": the model's choice)."""
+        self.words = words
+        """Its utterances are transcribed with word times."""
         self.rate_hz = rate_hz
         self.ring = ring
         self.available = ring.available  # bound once: the tick calls it per round
@@ -236,7 +239,7 @@ class ListenTap:
         lease.frames.copy_out(0, n, frames)
         self._early_end = end
         self.emit(Provisional(Utterance(frames, ep.speech_start_ms, end, self.arrival_s(end),
-                                        self.id, self.language)))
+                                        self.id, self.language, self.words, self._origin_ms)))
 
     def _start(self, start_ms: int) -> None:
         if self.pool is None:
@@ -270,7 +273,7 @@ class ListenTap:
         self.lease, self._rs = None, None
         self.utterances += 1
         return Utterance(frames, stop.start_ms, stop.end_ms, self.arrival_s(stop.end_ms),
-                         self.id, self.language)
+                         self.id, self.language, self.words, self._origin_ms)
 
     def arrival_s(self, at_ms: int) -> float:
         """When the audio at stream time `at_ms` was (probably) written to the ring."""
