@@ -134,6 +134,35 @@ def test_a_stream_that_stops_mid_utterance_still_gets_its_transcript(daemon):
     assert stop["reason"] == "closed"
 
 
+def test_transcripts_carry_stream_relative_word_times_when_asked(daemon):
+    """`/v1/transcribe?words=true` of two prompts 2 s apart: each segment's words lie in
+    its speech, in stream time, and the live `transcript` events carry the same words."""
+    base = _listener(daemon, "tcp://").replace("tcp://", "http://")
+    a, b = (next(p for p in prompts() if p.name == n).samples()
+            for n in ("agent-pass", "agent-user"))
+    clip = np.concatenate([a, np.zeros(16000, np.float32), b, np.zeros(4000, np.float32)])
+    sse = SseReader(base)
+    sse.start()
+    assert sse.connected.wait(10)
+    req = urllib.request.Request(f"{base}/v1/transcribe?words=true", data=_wav(clip, 8000),
+                                 headers={"Content-Type": "audio/wav"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        out = json.loads(resp.read())
+    segments = [s for s in out["segments"] if s["text"]]
+    words = [w for s in segments for w in s["words"]]
+    assert len(words) >= 15 and [w["start"] for w in words] == sorted(w["start"] for w in words)
+    for s in segments:
+        assert s["start_ms"] - 300 <= s["words"][0]["start"] * 1000, s
+        assert s["words"][-1]["end"] * 1000 <= s["end_ms"] + 300, s
+    second = (a.size + 16000) / 8000
+    assert any(w["start"] >= second for w in words)  # stream time, not utterance time
+    silent = (a.size / 8000 + 0.3, second - 0.3)  # no word starts in the gap
+    assert not [w for w in words if silent[0] < w["start"] < silent[1]], words
+    live = sse.wait_for(lambda e: e["type"] == "transcript" and e["stream"] == out["stream_id"]
+                        and e["end_ms"] == segments[-1]["end_ms"])
+    assert live["words"] == segments[-1]["words"]
+
+
 def test_wyoming_transcribe_round_trip(daemon, dozen):
     from wyoming.asr import Transcribe, Transcript
     from wyoming.audio import AudioChunk, AudioStart, AudioStop

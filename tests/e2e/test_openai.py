@@ -145,6 +145,43 @@ def test_transcriptions_of_prompts_uploaded_as_mp3_webm_and_m4a(client):
     assert srt.startswith("1\n00:00:")
 
 
+def test_word_timestamps_line_up_with_the_upload(client, judge):
+    """Two prompts 1.5 s apart in one upload: OpenAI's `words`, in order, inside the clip,
+    the second prompt's words after the gap, each start within 0.1 s of where Whisper
+    aligns the prompt heard alone."""
+    import soxr
+
+    first, second = (next(p for p in prompts() if p.name == n)
+                     for n in ("agent-pass", "agent-newlocation"))
+    gap = np.zeros(12000, dtype=np.float32)
+    a, b = first.samples(), second.samples()
+    clip = np.concatenate([gap[:4000], a, gap, b, gap[:4000]])
+    wav = io.BytesIO()
+    with av.open(wav, "w", format="wav") as out:
+        stream = out.add_stream("pcm_s16le", rate=8000, layout="mono")
+        frame = av.AudioFrame.from_ndarray(clip.reshape(1, -1), format="flt", layout="mono")
+        frame.sample_rate = 8000
+        for f in (frame, None):
+            for packet in stream.encode(f):
+                out.mux(packet)
+    got = client.audio.transcriptions.create(
+        model="whisper-1", file=("two.wav", wav.getvalue()), response_format="verbose_json",
+        timestamp_granularities=["word"])
+    words = got.words or []
+    starts = [w.start for w in words]
+    assert len(words) >= 12 and starts == sorted(starts), words
+    assert all(0 <= w.start <= w.end <= got.duration for w in words)
+    assert _norm(" ".join(w.word for w in words)) == _norm(got.text)
+    second_at = (4000 + a.size + gap.size) / 8000
+    alone = judge.transcribe_audio(soxr.resample(b, 8000, 16000).astype(np.float32),
+                                   words=True).words
+    ours = words[-len(alone):]
+    assert [_norm(w.word) for w in ours] == [_norm(w.word) for w in alone], (ours, alone)
+    delta = [abs(w.start - (second_at + x.start_s)) for w, x in zip(ours, alone, strict=True)]
+    assert np.median(delta) <= 0.1, delta
+    assert words[-len(alone) - 1].end <= second_at + alone[0].start_s
+
+
 def test_what_cannot_be_honoured_is_a_typed_400(client):
     import openai
 
@@ -156,8 +193,9 @@ def test_what_cannot_be_honoured_is_a_typed_400(client):
     with pytest.raises(openai.BadRequestError) as err:
         client.audio.transcriptions.create(model="whisper-1", file=upload,
                                            response_format="verbose_json",
-                                           timestamp_granularities=["word"])
+                                           timestamp_granularities=["sentence"])  # type: ignore[list-item]
     assert err.value.body["code"] == "unsupported_granularity"
+    assert "word, segment" in err.value.body["message"]
     with pytest.raises(openai.BadRequestError) as err:
         client.audio.speech.create(model="tts-1", voice="nobody", input="hi")
     assert err.value.body["code"] == "unknown_voice"
