@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+from cosyvoiced.tts.frontend.normalize.en_dates import spoken_date
 from cosyvoiced.tts.frontend.normalize.en_numbers import (
     DIGIT_WORDS,
     cardinal,
@@ -100,7 +101,7 @@ NOT_CODE_RE = re.compile(
 
 CODE_CONTEXT_RE = re.compile(
     r"\b(?:code|reference|confirmation|booking|ticket|tracking|serial|model|voucher|coupon|"
-    r"promo|PNR|locator|ID)(?:\s+(?:number|no\.|#|ID|code))?(?:\s+(?:is|was))?:?\s*#?"
+    r"promo|PNR|locator|ID|OTP|passcode)(?:\s+(?:number|no\.|#|ID|code))?(?:\s+(?:is|was))?:?\s*#?"
     r"((?=[A-Za-z0-9-]*\d)[A-Za-z0-9]+(?:-[A-Za-z0-9]+)*)(?![\w-]|\.\w)", re.IGNORECASE)
 """A code named as one ("confirmation code QF8-2LM") is spelled whatever its shape."""
 
@@ -135,6 +136,14 @@ def _is_code(token: str) -> bool:
     return alnum[0].isdecimal() or any(len(r) >= 3 for r in re.findall(r"\d+", alnum))
 
 
+# -- month/day dates -------------------------------------------------------------------------
+SHORT_DATE_RE = re.compile(
+    r"\b(?:on|by|expires?|expiring|until|till|before|after|due|from|through|thru|starting|"
+    r"effective|since|of)\s+(?:(?:Mon|Tue|Tues|Wed|Thu|Thur|Thurs|Fri|Sat|Sun)[a-z]*\.?,?\s+)?"
+    r"((0?[1-9]|1[0-2])/(0?[1-9]|[12]\d|3[01]))(?![\w/]|[.,]\d)", re.IGNORECASE)
+""""expires 11/30": a month and day (the grammars read a fraction without a year)."""
+
+
 # -- ranges ---------------------------------------------------------------------------------
 RANGE_RE = re.compile(
     r"(?<![\w.,$-])(\d{1,3})\s?[-–]\s?(\d{1,3})(?=\s+(?:business\s+|working\s+|calendar\s+)?"
@@ -163,7 +172,8 @@ ABBREVIATIONS = {
     "Aug.": "August", "Sep.": "September", "Sept.": "September", "Oct.": "October",
     "Nov.": "November", "Dec.": "December", "Mon.": "Monday", "Tue.": "Tuesday",
     "Wed.": "Wednesday", "Thu.": "Thursday", "Fri.": "Friday", "Sat.": "Saturday",
-    "Sun.": "Sunday", "hrs.": "hours", "min.": "minutes", "mins.": "minutes",
+    "Sun.": "Sunday", "Tues.": "Tuesday", "Thur.": "Thursday", "Thurs.": "Thursday",
+    "hrs.": "hours", "min.": "minutes", "mins.": "minutes",
 }
 MONTH_ABBR = frozenset(("Jan. Feb. Mar. Apr. Aug. Sep. Sept. Oct. Nov. Dec.").split())
 ABBR_RE = re.compile(r"(?<![\w.])(" + "|".join(re.escape(a) for a in ABBREVIATIONS)
@@ -197,6 +207,10 @@ def claims(text: str, *, phonetic: bool = False) -> Iterator[Claim]:
         found.append((m.start(), m.end(), "number"))
     for m in EMERGENCY_RE.finditer(text):
         found.append((m.start(), m.end(), digits(m.group(1))))
+    for m in SHORT_DATE_RE.finditer(text):
+        spoken = spoken_date(int(m.group(2)), int(m.group(3)), None)
+        if spoken:
+            found.append((m.start(1), m.end(1), spoken))
     for m in RANGE_RE.finditer(text):
         found.append((m.start(), m.end(),
                       f"{cardinal(int(m.group(1)))} to {cardinal(int(m.group(2)))}"))

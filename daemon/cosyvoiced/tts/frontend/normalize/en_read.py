@@ -60,6 +60,7 @@ def _tidy(words: str) -> str:
 
 
 _DIGITS_RE = re.compile(r"\d+")
+_MINUS_MONEY_RE = re.compile(r"(?<![\w.])-(?=[$€£]\d)")
 _PER_RE = re.compile(r"(?<=\d)/(?=(?:month|year|week|day|night|hour|minute|person)\b)")
 """"$5/month": the grammars read "$9.99/mo" but not this; "$5 per month" they do."""
 _PUNCT_ONLY = frozenset(",.;:!?\"'()…—")
@@ -93,8 +94,9 @@ def windows(text: str, start: int, end: int, words: frozenset[str],
         core = tokens[i][2].strip(_TRAIL + "\"'([{")
         for j in range(max(0, i - context), min(len(tokens), i + context + 1)):
             take[j] = True
-        if tokens[i][2] in words and tokens[i][2].endswith(".") and i + 1 < len(tokens):
-            take[i + 1] = True  # "Dr. Evil"
+        if (tokens[i][2] in words and tokens[i][2].endswith(".") and tokens[i][2][0].isupper()
+                and i + 1 < len(tokens)):
+            take[i + 1] = True  # a title reads with the name after it: "Dr. Evil"
         if not any(c.isalnum() for c in tokens[i][2]):
             # a lone symbol ("/", "=") reads by its neighbours: "x +1 = y"
             for j in range(max(0, i - 2), min(len(tokens), i + 3)):
@@ -205,7 +207,11 @@ class EnglishReader:
             if not read:
                 out.append((chunk, a, b))
                 continue
-            out.extend(peel(text, a, b, self._read(chunk, deadline)))
+            said = self._read(chunk, deadline)
+            if (chunk.endswith(".") and not said.endswith((".", "!", "?"))
+                    and re.match(r"\s+[A-Z]", text[b:end])):
+                said += "."  # "4:45 p.m. Thanks": the period ends the sentence still
+            out.extend(peel(text, a, b, said))
         return [p for p in out if p[0].strip()]
 
     def _read(self, chunk: str, deadline: float) -> str:
@@ -218,7 +224,7 @@ class EnglishReader:
             except UnicodeEncodeError:
                 taggable = False
         if taggable:
-            return _tidy(self.window(_PER_RE.sub(" per ", chunk)))
+            return _tidy(self.window(_MINUS_MONEY_RE.sub("minus ", _PER_RE.sub(" per ", chunk))))
         # what the long-window reader leaves in digits ("9,9,9"), digit by digit
         return _DIGITS_RE.sub(lambda m: digits(m.group(0)), _tidy(self.long_window(chunk)))
 

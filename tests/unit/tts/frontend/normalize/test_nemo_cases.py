@@ -122,3 +122,15 @@ def test_hostile_text_is_read_in_bounded_time(grammars, written):
 ])
 def test_call_center_strings_the_grammars_alone_miss(grammars, written, spoken):
     assert normalize_text(written) == spoken
+
+
+@pytest.mark.parametrize(("written", "spoken"), [
+    ("It ended at 4:45 p.m. Thanks for waiting.",
+     "It ended at four forty five P M. Thanks for waiting."),
+    ("Your label expires 11/30.", "Your label expires November thirtieth."),
+    ("Your balance is -$25.50.", "Your balance is minus twenty five dollars fifty cents."),
+    ("Your OTP is ab9453.", "Your OTP is ˈeɪ B nine four five three.".replace(
+        "ˈeɪ", "\ue000ˈeɪ\ue001")),
+])
+def test_sentence_ends_short_dates_and_signs_survive_the_windows(grammars, written, spoken):
+    assert normalize_text(written) == spoken
