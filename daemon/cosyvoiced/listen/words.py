@@ -18,6 +18,13 @@ does around that call is ported here:
   after a long pause too; leading punctuation (`"'“¿([{-`) joins the next word, trailing
   (`"'.。,，!！?？:：”)]}、`) the previous one.
 
+One change: the utterance's first word starts no earlier than `VAD_LEAD_S` before the VAD
+heard speech. The alignment path starts at the first frame, so without it the first word
+takes in the VAD's pre-roll: on the Asterisk prompts it started ~270 ms before the
+speech's energy onset, and 24 ms (median) from it with the VAD's start (tools/bench
+`words`). faster-whisper, which decodes whole windows, puts it at its segment's start
+(0.00 on a clip with leading silence) instead.
+
 Times are seconds from the utterance's first mel frame (50 encoder steps per second),
 kept inside the frames the utterance has and never decreasing.
 """
@@ -41,6 +48,9 @@ MEDIAN_FILTER_WIDTH = 7
 PREPEND = "\"'“¿([{-"
 APPEND = "\"'.。,，!！?？:：”)]}、"
 _SENTENCE_END = ".。!！?？"
+VAD_LEAD_S = 0.03
+"""How far before the VAD's speech start the first word may begin (the VAD's windows
+start late on a soft onset by about this much)."""
 
 
 @dataclass
@@ -167,6 +177,8 @@ def align_words(result: Any, words: list[WordPiece], frames: int, speech_start_s
         first.start = max(0.0, first.end - longest)
     if speech_start_s < first.end and speech_start_s - 0.5 > first.start:
         first.start = max(0.0, min(first.end - median, speech_start_s))
+    if speech_start_s - VAD_LEAD_S < first.end:  # not in the pre-roll
+        first.start = max(first.start, speech_start_s - VAD_LEAD_S)
     last = kept[-1]
     if speech_end_s > last.start and speech_end_s + 0.5 < last.end:
         last.end = max(last.start + median, speech_end_s)

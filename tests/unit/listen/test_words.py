@@ -51,6 +51,13 @@ def test_times_come_from_the_path_and_punctuation_joins_its_word():
     assert all(w.probability == 0.5 for w in got)
 
 
+def test_the_first_word_does_not_start_in_the_vad_pre_roll():
+    words = [*pieces("ĠHello", "Ġthere"), WordPiece("", [EOT])]
+    got = align_words(path([0, 40, 60]), words, frames=100, speech_start_s=0.5,
+                      speech_end_s=1.0)
+    assert [(w.start_s, w.end_s) for w in got] == [(0.47, 0.8), (0.8, 1.0)]
+
+
 def test_times_stay_inside_the_frames_and_never_go_back():
     words = [*pieces("ĠA", "Ġlong", "Ġend"), WordPiece("", [EOT])]
     got = align_words(path([0, 10, 20, 90]), words, frames=100, speech_start_s=0.0,
@@ -92,7 +99,9 @@ def test_real_speech_words_are_the_text_in_order_inside_the_clip(asr):
     late = asr.transcribe([type(u := _utt(audio))(u.frames, 1500, 4500, 0.0, words=True,
                                                   origin_ms=1200)])[0]
     assert [w.word for w in late.words] == [w.word for w in t.words]
-    assert np.allclose([w.start_s for w in late.words], np.array(starts) + 1.2, atol=0.021)
+    assert np.allclose([w.start_s for w in late.words[1:]], np.array(starts[1:]) + 1.2,
+                       atol=0.021)
+    assert late.words[0].start_s == 1.47  # not in the pre-roll: from 30 ms before the VAD's start
 
 
 def _utt(audio):
