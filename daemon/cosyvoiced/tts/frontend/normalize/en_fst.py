@@ -28,6 +28,7 @@ from pathlib import Path
 
 import structlog
 
+from cosyvoiced.tts.errors import TtsError
 from cosyvoiced.tts.frontend.normalize.tagged import TokenParser, permutations, split_tokens
 
 log = structlog.get_logger(__name__)
@@ -58,8 +59,9 @@ def alphabet(data: bytes) -> tuple[int, ...]:
     return tuple(sorted(seen))
 
 
-class GrammarError(Exception):
-    """The grammar directory cannot be used."""
+class GrammarError(TtsError):
+    """The grammar directory cannot be used (English is then read by the rules; logged,
+    never answered)."""
 
 
 class EnglishGrammars:
