@@ -55,10 +55,10 @@ class Listening:
         self.rings: dict[str, Ring] = {}
         self.rates: dict[str, int] = {}
 
-    def open(self, sid: str, rate: int = RATE) -> Ring:
+    def open(self, sid: str, rate: int = RATE, words: bool = False) -> Ring:
         ring = self.rings[sid] = Ring.create(rate * 2)
         self.rates[sid] = rate
-        self.wl.open(sid, rate, ring)
+        self.wl.open(sid, rate, ring, words=words)
         return ring
 
     def feed(self, sid: str, samples: np.ndarray, frame_ms: int = 20) -> None:
@@ -143,6 +143,30 @@ def test_transcript_for_one_prompt_and_the_messages(listening, whisper):
     assert words(evs[2].text) == words("Please enter your password followed by the pound key.")
     assert evs[2].start_ms == evs[0].start_ms and evs[2].end_ms == evs[1].end_ms
     assert 0 < evs[2].latency_ms < 30_000
+
+
+def test_word_times_are_stream_relative_and_only_where_asked(listening, whisper):
+    lis = Listening(whisper=whisper)
+    listening.append(lis)
+    clip = np.concatenate([silence(1.5), speech(), silence(1.0)])
+    lis.open("plain")
+    lis.wl.setup.asr = AsrConfig(word_timestamps=True)  # for streams that cannot ask
+    lis.open("config")
+    lis.wl.setup.asr = None
+    lis.open("asked", words=True)
+    assert [lis.wl.taps[s].words for s in ("plain", "config", "asked")] == [False, True, True]
+    got = {}
+    for sid in ("plain", "config", "asked"):
+        lis.feed(sid, clip)
+        got[sid] = next(e for e in events(lis.close(sid)) if e.type == "transcript")
+    assert got["plain"].words is None and "words" not in got["plain"].to_dict()
+    t = got["asked"]
+    assert [w.word for w in t.words] == t.text.split()
+    # stream time: after the 1.5 s of silence, inside what the VAD heard
+    assert t.start_ms / 1000 - 0.031 <= t.words[0].start_s and t.words[0].start_s >= 1.4
+    assert t.words[-1].end_s <= t.end_ms / 1000 + 0.3
+    assert [w.start_s for w in t.words] == sorted(w.start_s for w in t.words)
+    assert got["config"].words == t.words
 
 
 def test_nan_is_zeroed_inf_clipped_both_counted(listening, whisper):
