@@ -14,7 +14,7 @@ first audio leaves early.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from cosyvoiced.tts.frontend.segments import Pause, Phonemes, Segment, SourceSpan, Speech
 
@@ -36,7 +36,7 @@ class Clause:
     """Silence appended after this clause."""
     cut: bool = False
     """Ends mid-phrase (a length cut, no punctuation): no pause, trailing silence trimmed."""
-    spans: tuple[SourceSpan, ...] = field(default=(), compare=False)
+    spans: tuple[SourceSpan, ...] = ()
     """The Speech's spans that fall in this clause, rebased to `text` (a span a cut
     divides is in both clauses, each part pointing at the same input)."""
 

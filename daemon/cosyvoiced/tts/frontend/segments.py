@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 
 PHONEME_BLOCK = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
 """Piper-style raw phonemes: `[[ həlˈoʊ ]]` is spoken as written."""
@@ -30,9 +30,9 @@ class Speech:
     """Normalized text: words only, punctuation kept for prosody and clause splitting."""
     rate: float = 1.0
     """Speaking-rate multiplier (2.0 = twice as fast)."""
-    spans: tuple[SourceSpan, ...] = field(default=(), compare=False)
+    spans: tuple[SourceSpan, ...] = ()
     """Sorted, non-overlapping; every spoken word of `text` inside exactly one (punctuation
-    may fall outside). Not compared: two Speech are equal when they say the same."""
+    may fall outside). `without_spans` compares readings alone."""
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,11 @@ def split_inline(text: str) -> list[tuple[str, bool]]:
     if pos < len(text):
         parts.append((text[pos:], False))
     return parts
+
+
+def without_spans(segments: list[Segment]) -> list[Segment]:
+    """Segments as they are said, their spans dropped (to compare readings alone)."""
+    return [replace(s, spans=()) if isinstance(s, Speech) else s for s in segments]
 
 
 def shift_spans(spans: tuple[SourceSpan, ...], by: int) -> tuple[SourceSpan, ...]:

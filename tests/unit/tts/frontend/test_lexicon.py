@@ -24,6 +24,7 @@ from cosyvoiced.tts.frontend.segments import (
     Speech,
     inline_phonemes,
     split_inline,
+    without_spans,
 )
 from cosyvoiced.tts.frontend.ssml import parse_ssml
 
@@ -50,7 +51,7 @@ def test_words_respelled_or_made_inline_ipa(lexicon):
 
 def test_plain_text_keeps_the_word_inside_its_sentence(lexicon):
     segs = plain_segments("Call Qyxelle at 5 pm.", lexicon=lexicon)
-    assert segs == [Speech(f"Call {inline_phonemes('pˈɪksəl')} at five P M.")]
+    assert without_spans(segs) == [Speech(f"Call {inline_phonemes('pˈɪksəl')} at five P M.")]
     clauses = plan(segs, PlanLimits(whole_sentences=True))
     assert len(clauses) == 1 and not clauses[0].phonemes
 
@@ -73,15 +74,15 @@ def test_inline_ipa_is_spliced_into_the_espeak_phonemes(lexicon):
 
 def test_markers_typed_by_a_client_are_only_spaces(lexicon):
     segs = plain_segments(f"a{INLINE_OPEN}zzz\ue001b", lexicon=lexicon)
-    assert segs == [Speech("a zzz b")]
-    assert parse_ssml(f"<speak>a{INLINE_OPEN}zzz\ue001b</speak>") == [Speech("a zzz b")]
+    assert without_spans(segs) == [Speech("a zzz b")]
+    assert without_spans(parse_ssml(f"<speak>a{INLINE_OPEN}zzz\ue001b</speak>")) == [Speech("a zzz b")]
 
 
 def test_ssml_phoneme_and_lexicon(lexicon):
     doc = ('<speak>Welcome to <phoneme alphabet="ipa" ph="tʃˈɔɪs">Ghoyce</phoneme> and '
            'Qyxelle.<break time="200ms"/>Bye.</speak>')
     segs = parse_ssml(doc, lexicon=lexicon)
-    assert segs == [Speech(f"Welcome to {inline_phonemes('tʃˈɔɪs')} and "
+    assert without_spans(segs) == [Speech(f"Welcome to {inline_phonemes('tʃˈɔɪs')} and "
                            f"{inline_phonemes('pˈɪksəl')}."), Pause(200), Speech("Bye.")]
 
 
