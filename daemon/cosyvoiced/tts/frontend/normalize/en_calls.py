@@ -180,10 +180,15 @@ ABBR_RE = re.compile(r"(?<![\w.])(" + "|".join(re.escape(a) for a in ABBREVIATIO
                      + r"|St\.)(?=\s|$|,|;)")
 
 
+_DIGIT_AFTER = re.compile(r"\s*\d")
+_DIGIT_BEFORE = re.compile(r"\d\s*$")
+_NEXT_SENTENCE = re.compile(r"\s+[A-Z]")
+
+
 def _street_or_saint(text: str, start: int, end: int) -> str:
     """"Main St." is a street; "St. Louis" (no name before it) a saint."""
-    before = text[:start].rstrip()
-    after = text[end:].lstrip()
+    before = text[max(0, start - 40):start].rstrip()
+    after = text[end:end + 40].lstrip()
     named_before = bool(re.search(r"[A-Z][a-z]+$|\d+(?:st|nd|rd|th)$", before))
     if not named_before and after[:1].isupper():
         return "Saint"
@@ -219,12 +224,13 @@ def claims(text: str, *, phonetic: bool = False) -> Iterator[Claim]:
         found.append((m.start(g), m.end(g), ZONES[m.group(g)]))
     for m in ABBR_RE.finditer(text):
         word = m.group(1)
-        if word in MONTH_ABBR and (re.match(r"\s*\d", text[m.end():])
-                                   or re.search(r"\d\s*$", text[:m.start()])):
+        if word in MONTH_ABBR and (_DIGIT_AFTER.match(text, m.end())
+                                   or _DIGIT_BEFORE.search(text, max(0, m.start() - 8),
+                                                           m.start())):
             continue  # a date: the grammars read it
         spoken = (_street_or_saint(text, m.start(), m.end()) if word == "St."
                   else ABBREVIATIONS[word])
-        if word[0].islower() and re.match(r"\s+[A-Z]", text[m.end():]):
+        if word[0].islower() and _NEXT_SENTENCE.match(text, m.end()):
             spoken += "."  # "in 5 min. Thanks": it ends the sentence too
         found.append((m.start(), m.end(), spoken))
     found.sort(key=lambda c: c[0])  # stable: at one place, the rule found first wins

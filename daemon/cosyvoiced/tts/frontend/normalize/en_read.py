@@ -60,6 +60,7 @@ def _tidy(words: str) -> str:
 
 
 _DIGITS_RE = re.compile(r"\d+")
+_NEXT_SENTENCE = re.compile(r"\s+[A-Z]")
 _MINUS_MONEY_RE = re.compile(r"(?<![\w.])-(?=[$€£]\d)")
 _PER_RE = re.compile(r"(?<=\d)/(?=(?:month|year|week|day|night|hour|minute|person)\b)")
 """"$5/month": the grammars read "$9.99/mo" but not this; "$5 per month" they do."""
@@ -167,7 +168,7 @@ def _sentence_end(text: str, end: int, nxt: int, words: frozenset[str]) -> bool:
         return True
     if text[end - 1] != "." or not text[nxt:nxt + 1].isupper():
         return False
-    return text[:end].rsplit(None, 1)[-1] not in words
+    return text[max(0, end - 64):end].rsplit(None, 1)[-1] not in words
 
 
 class EnglishReader:
@@ -209,7 +210,7 @@ class EnglishReader:
                 continue
             said = self._read(chunk, deadline)
             if (chunk.endswith(".") and not said.endswith((".", "!", "?"))
-                    and re.match(r"\s+[A-Z]", text[b:end])):
+                    and _NEXT_SENTENCE.match(text, b, end)):
                 said += "."  # "4:45 p.m. Thanks": the period ends the sentence still
             out.extend(peel(text, a, b, said))
         return [p for p in out if p[0].strip()]
