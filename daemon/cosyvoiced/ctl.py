@@ -137,10 +137,17 @@ async def run(args: argparse.Namespace) -> int:
         data = Path(args.file).read_bytes()
         ctype = "audio/wav" if data[:4] == b"RIFF" else "application/octet-stream"
         query = urlencode({"rate_hz": args.rate, **({"language": args.language}
-                                                     if args.language else {})})
+                                                     if args.language else {}),
+                           **({"words": "true"} if args.words else {})})
         res = await c.request("POST", f"/v1/transcribe?{query}", data=data,
                               headers={"Content-Type": ctype})
-        _print_json(res) if args.json else print(res["text"])
+        if args.json:
+            _print_json(res)
+        elif args.words:  # one word a line: start and end in seconds, then the word
+            for w in (w for s in res["segments"] for w in s.get("words", ())):
+                print(f"{w['start']:8.3f} {w['end']:8.3f}  {w['word']}")
+        else:
+            print(res["text"])
     elif cmd == "events":
         query = f"?stream={args.stream}" if args.stream else ""
 
@@ -186,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--rate", type=int, default=16000, help="rate of raw PCM input")
     tr.add_argument("--language", help="language spoken (default: asr.language, else detected "
                                        "by a multilingual model)")
+    tr.add_argument("--words", action="store_true",
+                    help="each word with its start and end (seconds into the file)")
     ev = sub.add_parser("events", help="follow voice and transcript events")
     ev.add_argument("--stream", help="only this stream or call id")
     calls = sub.add_parser("calls", help="live AudioSocket calls")

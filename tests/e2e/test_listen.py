@@ -134,7 +134,7 @@ def test_a_stream_that_stops_mid_utterance_still_gets_its_transcript(daemon):
     assert stop["reason"] == "closed"
 
 
-def test_transcripts_carry_stream_relative_word_times_when_asked(daemon):
+def test_transcripts_carry_stream_relative_word_times_when_asked(daemon, tmp_path):
     """`/v1/transcribe?words=true` of two prompts 2 s apart: each segment's words lie in
     its speech, in stream time, and the live `transcript` events carry the same words."""
     base = _listener(daemon, "tcp://").replace("tcp://", "http://")
@@ -161,6 +161,9 @@ def test_transcripts_carry_stream_relative_word_times_when_asked(daemon):
     live = sse.wait_for(lambda e: e["type"] == "transcript" and e["stream"] == out["stream_id"]
                         and e["end_ms"] == segments[-1]["end_ms"])
     assert live["words"] == segments[-1]["words"]
+    (tmp_path / "two.wav").write_bytes(_wav(clip, 8000))
+    lines = daemon.ctl("transcribe", "--words", str(tmp_path / "two.wav")).stdout.splitlines()
+    assert [line.split(maxsplit=2)[2] for line in lines] == [w["word"] for w in words]
 
 
 def test_wyoming_transcribe_round_trip(daemon, dozen):
