@@ -191,6 +191,8 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("workers/worker/listeners.py", "**"):
         "VoiceStarted/VoiceStopped fields, filtered to *_ms and reason",
     ("runtime/log.py", "**"): "the stdlib bridge: the library logger's name and exc_info",
+    ("workers/pool/pool.py", "**"): "cpu_plan: CpuPlan.fields(), CPU lists and topology counts",
+    ("workers/pool/placement.py", "**"): "a NUMA refusal's node, pid and note",
 }
 """(file, field) pairs that look like content or cannot be read, and why they are fine.
 "**" stands for a `**mapping` whose keys the check cannot see."""
