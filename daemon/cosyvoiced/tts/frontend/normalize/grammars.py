@@ -16,6 +16,8 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -36,8 +38,11 @@ BUILD_TIMEOUT_S = 600.0
 
 
 def grammar_key() -> str:
-    digest = hashlib.sha256(json.dumps(SETTINGS, sort_keys=True).encode()).hexdigest()[:10]
-    return f"en-nemo{NEMO_VERSION}-{digest}"
+    """The build's name: the NeMo version, and a hash of the settings and of the build
+    step's own source (a changed build step is a new build, never a stale copy)."""
+    build_step = Path(__file__).with_name("grammar_build.py").read_bytes()
+    digest = hashlib.sha256(json.dumps(SETTINGS, sort_keys=True).encode() + build_step)
+    return f"en-nemo{NEMO_VERSION}-{digest.hexdigest()[:10]}"
 
 
 INSTALLED = Path(sys.prefix) / "share" / "cosyvoiced" / "tn"
@@ -106,18 +111,61 @@ def ensure(cache_dir: str | Path | None = None) -> Path | None:
     return directory
 
 
-def main(argv: list[str]) -> int:
-    """`grammars [CACHE_DIR]`: build where missing (default: into the install)."""
-    if len(argv) > 1:
-        print("usage: python -m cosyvoiced.tts.frontend.normalize.grammars [CACHE_DIR]",
+def reuse(directory: Path, shelf: Path) -> bool:
+    """Copy the build kept on `shelf` (a per-user cache, e.g. ~/.cache/cosyvoiced/tn) to
+    `directory` where `directory` has none; True if `directory` is built after."""
+    kept = shelf / directory.name
+    if built(directory) or not built(kept):
+        return built(directory)
+    tmp = directory.with_name(f".{directory.name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(kept, tmp)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(tmp, directory)
+    return True
+
+
+def shelve(directory: Path, shelf: Path) -> None:
+    """Keep a copy of the build on `shelf` for the next install (best effort)."""
+    kept = shelf / directory.name
+    if built(kept):
+        return
+    tmp = kept.with_name(f".{kept.name}-{os.getpid()}")
+    try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(directory, tmp)
+        os.replace(tmp, kept)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        print(f"English text-normalization grammars: not kept in {shelf}: {exc}",
               file=sys.stderr)
+
+
+def main(argv: list[str]) -> int:
+    """`grammars [--shelf DIR] [CACHE_DIR]`: build where missing (default: into the
+    install); with `--shelf`, a build kept there is copied instead of built again (a new
+    checkout of the same version installs in a second, not ~40 s), and a new build is
+    kept there."""
+    shelf: Path | None = None
+    if argv[:1] == ["--shelf"] and len(argv) >= 2:
+        shelf, argv = Path(argv[1]), argv[2:]
+    if len(argv) > 1 or (argv and argv[0].startswith("-")):
+        print("usage: python -m cosyvoiced.tts.frontend.normalize.grammars "
+              "[--shelf DIR] [CACHE_DIR]", file=sys.stderr)
         return 2
     t0 = time.monotonic()
+    target = grammar_dir(argv[0] if argv else None)
+    if shelf is not None and reuse(target, shelf):
+        print(f"English text-normalization grammars: {target} (from {shelf}, "
+              f"{time.monotonic() - t0:.1f} s)")
+        return 0
     directory = ensure(argv[0] if argv else None)
     if directory is None:
         print("English text-normalization grammars: not built (see the log above)",
               file=sys.stderr)
         return 1
+    if shelf is not None and directory == target:
+        shelve(directory, shelf)
     print(f"English text-normalization grammars: {directory} "
           f"({time.monotonic() - t0:.1f} s)")
     return 0
