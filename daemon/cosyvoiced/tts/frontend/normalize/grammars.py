@@ -156,6 +156,7 @@ def main(argv: list[str]) -> int:
     t0 = time.monotonic()
     target = grammar_dir(argv[0] if argv else None)
     if shelf is not None and reuse(target, shelf):
+        shelve(target, shelf)  # one built here before the shelf was used
         print(f"English text-normalization grammars: {target} (from {shelf}, "
               f"{time.monotonic() - t0:.1f} s)")
         return 0
