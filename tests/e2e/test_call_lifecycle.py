@@ -71,7 +71,9 @@ def _wav(samples: np.ndarray, rate: int) -> bytes:
 
 
 def test_slin16_and_slin48_calls_hear_their_greeting_and_are_transcribed(daemon_factory):
-    d = daemon_factory(overrides=(f'audiosocket.greeting="{GREETING}"',)).start()
+    # calls cannot ask for word times: asr.word_timestamps gives them, call-relative
+    d = daemon_factory(overrides=(f'audiosocket.greeting="{GREETING}"',
+                                  "asr.word_timestamps=true")).start()
     d.wait_ready()
     host, port, http = _ports(d)
     corpus = [p for p in prompts() if 1.5 < p.samples().shape[0] / 8000 < 4.0][:2]
@@ -127,8 +129,13 @@ def test_slin16_and_slin48_calls_hear_their_greeting_and_are_transcribed(daemon_
         first_speech = call.speech_frames()[0].at_s
         tail = [r for r in call.received if first_speech + 2.5 < r.at_s < t_prompt]
         assert tail and all(r.silent for r in tail), kind  # the greeting is ~1.5 s long
-        heard = " ".join(e["text"] for _, e in events
-                         if e["type"] == "transcript" and e["stream"] == cid)
+        said = [e for _, e in events if e["type"] == "transcript" and e["stream"] == cid]
+        heard = " ".join(e["text"] for e in said)
+        words = [w for e in said for w in e["words"]]
+        starts = [w["start"] for w in words]
+        assert words and starts == sorted(starts), said
+        # the prompt began 4 s into the call's audio: the first word there, in call time
+        assert abs(starts[0] - (4.0 + _onset_s(prompt.samples()))) < 0.2, (kind, words)
         score = wer([prompt.text], [heard])
         print(f"{kind.name}: greeting heard as {greeting!r}; prompt {prompt.text!r} -> "
               f"{heard!r} (WER {score:.0f}%), largest gap {gaps.max():.1f} ms")
