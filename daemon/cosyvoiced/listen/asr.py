@@ -45,6 +45,7 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import structlog
@@ -310,18 +311,18 @@ class WhisperAsr:
                 out[i] = t
         return out
 
-    def _align(self, features: object, timed: list[int], utts: Sequence[Utterance],
-               results: Sequence[object], lengths: list[int],
+    def _align(self, features: Any, timed: list[int], utts: Sequence[Utterance],
+               results: Sequence[Any], lengths: list[int],
                langs: list[str]) -> dict[int, tuple[Word, ...]]:
         """The words of the utterances `timed` (batch indices), aligned on the batch's
         encoder output: one `align` call per prompt (language) among them."""
         out: dict[int, tuple[Word, ...]] = {}
         groups: dict[tuple[int, ...], list[int]] = {}
-        pieces = {}
+        pieces: dict[int, list[WordPiece]] = {}
         for b in timed:
             r = results[b]
-            toks = [(tok, t) for tok, t in zip(r.sequences[0], r.sequences_ids[0],  # type: ignore[attr-defined]
-                                               strict=True) if t < self.eot]
+            toks = [(tok, t) for tok, t in zip(r.sequences[0], r.sequences_ids[0], strict=True)
+                    if t < self.eot]
             out[b] = ()
             if toks and lengths[b]:
                 pieces[b] = split_words([tok for tok, _ in toks], [t for _, t in toks],
