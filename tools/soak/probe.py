@@ -37,10 +37,11 @@ def rss_mb(pids: list[int]) -> float:
 
 
 MODEL_CACHE = Path(__file__).resolve().parents[2] / "var" / "cache"
-"""The daemon's `cache_dir` here. Its files are not counted as open descriptors: OpenVINO
-keeps each compiled model's cached blob open (one per model per worker), so a worker that
-imported the blobs holds more than one that compiled them on a cold cache. Bounded by the
-models, not by the load: not what the fd target looks for."""
+"""The daemon's `cache_dir` here. Its files are not counted as open descriptors: where
+OpenVINO's own cache serves a graph (one without a key), it keeps each compiled model's
+blob open (one per model per worker), so a worker that imported the blobs holds more than
+one that compiled them on a cold cache. Bounded by the models, not by the load: not what
+the fd target looks for."""
 
 
 def open_fds(pids: list[int], skip: Path = MODEL_CACHE) -> int:

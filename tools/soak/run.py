@@ -171,7 +171,7 @@ def _targets(report: Report, p: Plan, start: Snapshot, windows: list[Window],
                         "peer gaps: no frame for 100 ms at the caller (the client's own "
                         "event loop on a loaded box included)")
     report.notes.append("fds: the process tree's open descriptors, the model cache's files "
-                        "left out (OpenVINO keeps each compiled model's blob open)")
+                        "left out (OpenVINO's own cache keeps a compiled model's blob open)")
     report.target("RSS after load vs baseline (max %, growth)", rss, "<= +5", rss <= 5)
     report.target("open fds after load vs baseline (max |%|)", fds, "<= 5", fds <= 5)
     report.target("/dev/shm rings after load vs baseline (max |%|)", shm, "<= 5", shm <= 5)
