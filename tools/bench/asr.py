@@ -43,33 +43,67 @@ class _Timed:
         return out
 
 
+class Listening:
+    """The path a worker's listening runs (`WorkerListening`: capture ring -> batched
+    Silero VAD tick -> endpointer and log-mel -> `AsrQueue` -> Whisper), in process, its
+    decoder timed (`timed`) and run on this thread as soon as a batch is queued."""
+
+    def __init__(self, cfg_vad, cfg_asr) -> None:
+        from cosyvoiced.listen.asr import WhisperAsr
+        from cosyvoiced.listen.vad import SileroBatch
+        from cosyvoiced.workers.worker.listeners import WorkerListening
+        from cosyvoiced.workers.worker.vad_tick import VadTicker
+
+        vads: dict[int, SileroBatch] = {}
+
+        def make_vad(rate_hz: int) -> SileroBatch:
+            if rate_hz not in vads:
+                vads[rate_hz] = SileroBatch(rate_hz, 64)
+            return vads[rate_hz]
+
+        self.sent: list[object] = []
+        self.ticker = VadTicker(make_vad, 0.0)
+        setup = SimpleNamespace(vad=cfg_vad, asr=cfg_asr, cache_dir=None)
+        self.wl = WorkerListening(setup, self.ticker, self.sent.append,
+                                  decoder=WhisperAsr(cfg_asr, threads=1))
+        assert self.wl.asr is not None and self.wl.runner is not None
+        self.timed = self.wl.asr.decoder = _Timed(self.wl.decoder)
+
+    def _decode(self) -> None:  # on this thread: the timing is the decode's alone
+        while len(self.wl.asr):
+            self.wl.asr.run()
+
+    def transcripts(self, sid: str, x: np.ndarray, rate_hz: int, **open_kw) -> list:
+        """The `Transcript`s of `x` (float32 at `rate_hz`), written to the ring in 20 ms
+        frames with a VAD tick after each."""
+        from cosyvoiced.audio.ring import Ring
+        from cosyvoiced.listen.events import Transcript
+        from cosyvoiced.workers import messages as m
+
+        ring = Ring.create(16000)
+        try:
+            self.wl.open(sid, rate_hz, ring, **open_kw)
+            frame = rate_hz // 50
+            for pos in range(0, x.shape[0], frame):
+                ring.write(x[pos: pos + frame])
+                self.ticker.tick(0.0)
+                self._decode()
+            self.wl.close(sid)
+            self._decode()
+        finally:
+            ring.close()
+            ring.unlink()
+        out = [e.event for e in self.sent if isinstance(e, m.ListenEvent)
+               and e.stream_id == sid and isinstance(e.event, Transcript)]
+        self.sent.clear()
+        return out
+
+    def close(self) -> None:
+        self.wl.runner.close()
+
+
 def _ours(items, cfg_vad, cfg_asr):
-    from cosyvoiced.audio.ring import Ring
-    from cosyvoiced.listen.asr import WhisperAsr
-    from cosyvoiced.listen.events import Transcript
-    from cosyvoiced.listen.vad import SileroBatch
-    from cosyvoiced.workers import messages as m
-    from cosyvoiced.workers.worker.listeners import WorkerListening
-    from cosyvoiced.workers.worker.vad_tick import VadTicker
-
-    vads: dict[int, SileroBatch] = {}
-
-    def make_vad(rate_hz: int) -> SileroBatch:
-        if rate_hz not in vads:
-            vads[rate_hz] = SileroBatch(rate_hz, 64)
-        return vads[rate_hz]
-
-    sent: list[object] = []
-    ticker = VadTicker(make_vad, 0.0)
-    setup = SimpleNamespace(vad=cfg_vad, asr=cfg_asr, cache_dir=None)
-    wl = WorkerListening(setup, ticker, sent.append, decoder=WhisperAsr(cfg_asr, threads=1))
-    assert wl.asr is not None and wl.runner is not None
-    timed = wl.asr.decoder = _Timed(wl.decoder)
-
-    def decode() -> None:  # on this thread: the timing is the decode's alone
-        while len(wl.asr):
-            wl.asr.run()
-
+    path = Listening(cfg_vad, cfg_asr)
     hyps = []
     pad_a = np.zeros(4000, dtype=np.float32)
     pad_b = np.zeros(8000, dtype=np.float32)
@@ -77,26 +111,11 @@ def _ours(items, cfg_vad, cfg_asr):
     try:
         for i, p in enumerate(items):
             x = np.concatenate([pad_a, p.samples(), pad_b])
-            sid = f"p{i}"
-            ring = Ring.create(16000)
-            try:
-                wl.open(sid, 8000, ring)
-                for pos in range(0, x.shape[0], 160):
-                    ring.write(x[pos: pos + 160])
-                    ticker.tick(0.0)
-                    decode()
-                wl.close(sid)
-                decode()
-            finally:
-                ring.close()
-                ring.unlink()
-            hyps.append(" ".join(x.event.text for x in sent if isinstance(x, m.ListenEvent)
-                                 and x.stream_id == sid and isinstance(x.event, Transcript)))
-            sent.clear()
+            hyps.append(" ".join(t.text for t in path.transcripts(f"p{i}", x, 8000)))
     finally:
-        wl.runner.close()
-    return (hyps, time.perf_counter() - t0, timed.seconds, timed.frames / 100,
-            wl.decoder.retries)
+        path.close()
+    return (hyps, time.perf_counter() - t0, path.timed.seconds, path.timed.frames / 100,
+            path.wl.decoder.retries)
 
 
 def _faster_whisper(items, beam_size, model_dir):

@@ -24,14 +24,13 @@ import difflib
 import re
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import soxr
 
 from cosyvoiced.testing.prompts import Prompt, normalizer, prompts
-from tools.bench.asr import _Timed
+from tools.bench.asr import Listening
 from tools.bench.report import Report
 
 PAD_BEFORE_S = 0.5
@@ -59,52 +58,17 @@ def clip(p: Prompt) -> np.ndarray:
 def ours(items: list[Prompt], words: bool) -> tuple[list[list[Any]], float, float]:
     """Each clip's timed words (empty lists when `words` is off) through the worker's
     listening path, the decoding seconds and the seconds of utterance decoded."""
-    from cosyvoiced.audio.ring import Ring
     from cosyvoiced.config.schema import AsrConfig, VadConfig
-    from cosyvoiced.listen.asr import WhisperAsr
-    from cosyvoiced.listen.events import Transcript
-    from cosyvoiced.listen.vad import SileroBatch
-    from cosyvoiced.workers import messages as m
-    from cosyvoiced.workers.worker.listeners import WorkerListening
-    from cosyvoiced.workers.worker.vad_tick import VadTicker
 
-    vad = SileroBatch(RATE_HZ, 64)
-    sent: list[object] = []
-    ticker = VadTicker(lambda _rate: vad, 0.0)
-    cfg_asr = AsrConfig()
-    setup = SimpleNamespace(vad=VadConfig(), asr=cfg_asr, cache_dir=None)
-    wl = WorkerListening(setup, ticker, sent.append, decoder=WhisperAsr(cfg_asr, threads=1))
-    assert wl.asr is not None and wl.runner is not None
-    timed = wl.asr.decoder = _Timed(wl.decoder)
-
-    def decode() -> None:
-        while len(wl.asr):
-            wl.asr.run()
-
+    path = Listening(VadConfig(), AsrConfig())
     out = []
     try:
         for i, p in enumerate(items):
-            x = clip(p)
-            sid = f"p{i}"
-            ring = Ring.create(16000)
-            try:
-                wl.open(sid, RATE_HZ, ring, words=words)
-                for pos in range(0, x.shape[0], 160):
-                    ring.write(x[pos: pos + 160])
-                    ticker.tick(0.0)
-                    decode()
-                wl.close(sid)
-                decode()
-            finally:
-                ring.close()
-                ring.unlink()
-            finals = [x.event for x in sent if isinstance(x, m.ListenEvent)
-                      and x.stream_id == sid and isinstance(x.event, Transcript)]
+            finals = path.transcripts(f"p{i}", clip(p), RATE_HZ, words=words)
             out.append([w for t in finals for w in t.words or ()])
-            sent.clear()
     finally:
-        wl.runner.close()
-    return out, timed.seconds, timed.frames / 100
+        path.close()
+    return out, path.timed.seconds, path.timed.frames / 100
 
 
 def reference(items: list[Prompt], beam_size: int, model_dir: Path) -> list[list[Any]]:
