@@ -67,7 +67,8 @@ def phone(m: re.Match[str]) -> str:
 ID_RE = re.compile(
     r"\b(?:(?:account|claim|policy|order|reference|ref\.?|member(?:ship)?|subscriber|loyalty|"
     r"rewards|patient|employee|ticket|case|invoice|"
-    r"tracking|confirmation|routing|card|ID|PIN|transaction|customer|serial|model)"
+    r"tracking|confirmation|routing|card|ID|PIN|transaction|customer|serial|model|code|"
+    r"P\.?\s?O\.?\s+Box)"
     r"(?:\s+(?:number|no\.|num\.|#|ID|code)(?:\s+(?:is|was|will\s+be))?)?:?\s*#?\s*|"
     r"(?:PIN|ZIP|passcode|OTP)(?:\s+(?:code|number))?(?:\s+(?:is|was))?:?\s*|"
     r"(?:ending|ends|ended)\s+(?:in|with)\s+|last\s+(?:four|4)(?:\s+digits)?(?:\s+of)?\s+)"
@@ -150,6 +151,22 @@ RANGE_RE = re.compile(
     r"(?:days|weeks|months|years|hours|minutes|seconds|times|items|people|percent|"
     r"nights|calls|attempts|digits|characters|inches|feet|miles|pounds)\b)")
 """"3-5 business days" -> "three to five business days" (NeMo says "three - five")."""
+RANGE_AFTER_RE = re.compile(
+    r"\b(?:pages|steps|sections|chapters|lines|rows|items|questions|options) "
+    r"(\d{1,3})\s?[-–]\s?(\d{1,3})(?![\w-]|[.,]\d)", re.IGNORECASE)
+""""pages 12-14": a range named before it."""
+TIMES_RE = re.compile(r"(?<=\d )[x×](?= \d)|(?<=\d)×(?=\d)")
+""""12 x 8 x 4 inches": "by"."""
+ALWAYS_RE = re.compile(r"(?<![\w/])24/7(?![\w/])")
+DAYS = {"Mon": "Monday", "Tue": "Tuesday", "Wed": "Wednesday", "Thu": "Thursday",
+        "Fri": "Friday", "Sat": "Saturday", "Sun": "Sunday"}
+DAY_RANGE_RE = re.compile(r"\b(Mon|Tue|Wed|Thu|Fri|Sat|Sun)\.?\s?[-–]\s?"
+                          r"(Mon|Tue|Wed|Thu|Fri|Sat|Sun)\b\.?")
+""""Mon-Fri": "Monday to Friday"."""
+LETTER_NUMBER_RE = re.compile(r"(?<![\w$.:/-])([A-Z])-(\d{1,3})(?![\w-]|[.,]\d)")
+""""error E-42": the letter, then the number ("E forty two")."""
+CURRENCY_CODE_RE = re.compile(r"\b(USD|US\$)\s?(\d{1,3}(?:,\d{3})*|\d+)(?![\d.,]\d|[\w])")
+""""USD 95": "ninety five US dollars" (whole amounts; the grammars leave "USD")."""
 
 
 # -- time zones and abbreviations ------------------------------------------------------------
@@ -219,6 +236,22 @@ def claims(text: str, *, phonetic: bool = False) -> Iterator[Claim]:
     for m in RANGE_RE.finditer(text):
         found.append((m.start(), m.end(),
                       f"{cardinal(int(m.group(1)))} to {cardinal(int(m.group(2)))}"))
+    for m in RANGE_AFTER_RE.finditer(text):
+        found.append((m.start(1), m.end(),
+                      f"{cardinal(int(m.group(1)))} to {cardinal(int(m.group(2)))}"))
+    for m in TIMES_RE.finditer(text):
+        found.append((m.start(), m.end(), "by"))
+    for m in ALWAYS_RE.finditer(text):
+        found.append((m.start(), m.end(), "twenty four seven"))
+    for m in DAY_RANGE_RE.finditer(text):
+        found.append((m.start(), m.end(), f"{DAYS[m.group(1)]} to {DAYS[m.group(2)]}"))
+    for m in LETTER_NUMBER_RE.finditer(text):
+        letter = LETTER_A if m.group(1) == "A" else m.group(1)
+        found.append((m.start(), m.end(), f"{letter} {cardinal(int(m.group(2)))}"))
+    for m in CURRENCY_CODE_RE.finditer(text):
+        amount = int(m.group(2).replace(",", ""))
+        found.append((m.start(), m.end(),
+                      f"{cardinal(amount)} US dollar{'s' if amount != 1 else ''}"))
     for m in ZONE_RE.finditer(text):
         g = 1 if m.group(1) else 2
         found.append((m.start(g), m.end(g), ZONES[m.group(g)]))

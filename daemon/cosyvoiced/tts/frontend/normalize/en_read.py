@@ -35,7 +35,7 @@ JOINERS = frozenset(MONTHS + (
 STREET_WORDS = ("st|street|ave|avenue|expy|expressway|hwy|highway|dr|drive|ct|court|blvd|"
                 "boulevard|rd|road|ln|lane|way|pl|place|pkwy|parkway|ter|terrace|cir|circle")
 ADDRESS_RE = re.compile(
-    r"(?<![\w.,-])\d{1,6}(?:\s+[NSEW]\.?)?(?:\s+(?:\d+(?:st|nd|rd|th)|[A-Z][A-Za-z]*)){1,3}\s+"
+    r"(?<![\w.,:-])\d{1,6}(?:\s+[NSEW]\.?)?(?:\s+(?:\d+(?:st|nd|rd|th)|[A-Z][A-Za-z]*)){1,3}\s+"
     r"(?i:" + STREET_WORDS + r")\b\.?(?:,\s*[A-Z][a-z]+(?:\s+[A-Z][a-z]+){0,2})?"
     r"(?:,\s*[A-Z]{2}\b)?(?:,?\s*\d{5}(?:-\d{4})?\b)?")
 """A street address, read by the grammars in one window: "708 N 1st St, San City"."""
