@@ -171,6 +171,6 @@ class TtsEngine:
         if floor_s > self.config.max_audio_s:
             raise AudioTooLong(floor_s, self.config.max_audio_s)
         return Synthesis(self.config, voice, clauses, options, sid, cancel,
-                         prompts=self.prompts, persist_prompts=persist_prompts)
+                         prompts=self.prompts, persist_prompts=persist_prompts, source=text)
 
 

@@ -18,6 +18,7 @@ from cosyvoiced.tts.errors import (
     UnsupportedFormat,
     UnsupportedRate,
 )
+from cosyvoiced.tts.streaming.words import WordTime
 
 AudioFormat = Literal["float32", "s16le", "mulaw"]
 FORMATS: tuple[str, ...] = ("float32", "s16le", "mulaw")
@@ -52,6 +53,8 @@ class SynthesisOptions:
     """float32 | s16le | mulaw; None: `tts.format`."""
     ssml: bool = False
     """Text is SSML (a `<speak>` document)."""
+    words: bool = False
+    """Report when each word is spoken (`AudioChunk.words`)."""
 
     def check(self) -> None:
         """Raise a typed error for an unsupported rate/format or an out-of-range value."""
@@ -92,6 +95,9 @@ class AudioChunk:
     """How long that front run took (with phonemization)."""
     cached: bool = False
     """Copied from the prompt cache (no model run: its time says nothing of one)."""
+    words: tuple[WordTime, ...] = ()
+    """With `SynthesisOptions.words`: the words whose start falls in this chunk (times
+    from the start of the request's audio), or ahead of it."""
 
     @property
     def samples(self) -> int:

@@ -30,6 +30,7 @@ from cosyvoiced.tts.frontend.phonemize import raw_phonemes, text_phonemes, to_id
 from cosyvoiced.tts.frontend.plan import Clause
 from cosyvoiced.tts.request import LENGTH_SCALE_RANGE, AudioChunk, SynthesisOptions
 from cosyvoiced.tts.streaming.prompt_cache import PromptCache, PromptKey
+from cosyvoiced.tts.streaming.words import WordTime, alone, clause_words, id_frames
 from cosyvoiced.tts.voice.catalog import Voice
 from cosyvoiced.tts.voice.split import chunk_bounds
 
@@ -126,7 +127,7 @@ class Synthesis(Iterator[AudioChunk]):
     def __init__(self, config: TtsConfig, voice: Voice, clauses: list[Clause],
                  options: SynthesisOptions, sid: int | None,
                  cancel: threading.Event | None, *, prompts: PromptCache | None = None,
-                 persist_prompts: bool = False) -> None:
+                 persist_prompts: bool = False, source: str = "") -> None:
         cfg = voice.config
         self.config = config
         self.voice = voice
@@ -148,7 +149,13 @@ class Synthesis(Iterator[AudioChunk]):
         """Chunks of the current sentence, from the prompt cache, not yielded yet."""
         self._pause_s = 0.0
         """The pause after the current sentence."""
-        self.prompts = prompts if prompts is not None and prompts.enabled else None
+        self.source = source
+        """The caller's input as sent (what word times point into)."""
+        self._words: list[WordTime] = []
+        """The current clause's words not yielded yet (seconds from the clause's start)."""
+        # a cached sentence has no durations: word timing synthesizes it
+        self.prompts = prompts if prompts is not None and prompts.enabled \
+            and not options.words else None
         self.persist_prompts = persist_prompts
         self._gen = self._chunks()
 
@@ -251,15 +258,23 @@ class Synthesis(Iterator[AudioChunk]):
         # what the voice is told to say (lexicon and <phoneme> entries spliced in): content
         log.debug("tts_phonemes", voice=voice.name, clause=n, phonemes="".join(phonemes))
         ids = to_ids(phonemes, cfg.phoneme_id_map)
+        self._words = []
         feeds = model_inputs(ids, effective_length_scale(self.length, clause.rate),
                              self.noise, self.noise_w, self.sid)
         split = voice.split
         if split is None:
             assert voice.session is not None
-            yield (np.asarray(onnx_run(voice.session, feeds)[0], dtype=np.float32).reshape(-1),
-                   0, 0.0)
+            audio = np.asarray(onnx_run(voice.session, feeds)[0], dtype=np.float32).reshape(-1)
+            if self.options.words:  # no durations out of a whole graph: spread over its ids
+                self._time_words(clause, phonemes, np.full(len(ids), audio.shape[0] / len(ids)))
+            yield audio, 0, 0.0
             return
         sentence = split.sentence(feeds)
+        if self.options.words:
+            hop = split.field.hop
+            durations = sentence.durations if sentence.durations is not None \
+                else np.full(len(ids), sentence.frames / len(ids))
+            self._time_words(clause, phonemes, durations * hop)
         self._learn_speech_rate(clause, sentence.frames)
         size = split.frames_for(self.config.chunk_s, voice.sample_rate_hz)
         self._left = chunk_bounds(sentence.frames, size, self._first_frames(n))
@@ -269,6 +284,31 @@ class Synthesis(Iterator[AudioChunk]):
             a, b = self._left.pop(0)
             yield split.decode_chunk(sentence, a, b), front_chars, front_s
             front_chars, front_s = 0, 0.0
+
+    def _time_words(self, clause: Clause, phonemes: list[str], samples: np.ndarray) -> None:
+        """The clause's words, timed from each id's `samples` (at the voice's rate)."""
+        if clause.phonemes:
+            return
+        cfg = self.voice.config
+        starts, _ = id_frames(phonemes, cfg.phoneme_id_map, samples)
+        rate = self.voice.sample_rate_hz
+        self._words = [WordTime(w.text, w.char_start, w.char_end, w.start_s / rate,
+                                w.end_s / rate)
+                       for w in clause_words(clause.text, clause.spans, self.source, phonemes,
+                                             starts, alone(cfg.espeak_voice))]
+
+    def _due(self, clause_s: float, until_s: float, speech_end_s: float,
+             tail: bool) -> tuple[WordTime, ...]:
+        """The clause's words starting before `until_s` (all left, at its `tail`), on the
+        request's timeline (the clause starts at `clause_s`), kept inside its speech."""
+        due: list[WordTime] = []
+        while self._words and (tail or clause_s + self._words[0].start_s < until_s):
+            w = self._words.pop(0)
+            if clause_s + w.start_s >= speech_end_s:
+                continue  # not spoken: the audio was capped before it
+            due.append(WordTime(w.text, w.char_start, w.char_end, clause_s + w.start_s,
+                                min(clause_s + w.end_s, speech_end_s)))
+        return tuple(due)
 
     def _chunks(self) -> Iterator[AudioChunk]:
         voice, options, config = self.voice, self.options, self.config
@@ -280,7 +320,9 @@ class Synthesis(Iterator[AudioChunk]):
         fade = int(round(config.fade_ms * in_rate / 1000))
         left = int(config.max_audio_s * in_rate)  # samples still allowed (voice rate)
         index = 0
+        made = 0  # samples yielded so far (voice rate)
         for n, clause in enumerate(self.clauses):
+            clause_s = made / in_rate
             self._at = n + 1
             self._pause_s = clause.pause_after_ms / 1000
             pause = np.zeros(min(clause.pause_after_ms * in_rate // 1000, left),
@@ -309,6 +351,11 @@ class Synthesis(Iterator[AudioChunk]):
                     last = True
                 audio = audio[:left]
                 left -= audio.shape[0]
+                spoken_to = (made + min(speech.shape[0], audio.shape[0])) / in_rate \
+                    if tail or last else float("inf")
+                words = self._due(clause_s, (made + audio.shape[0]) / in_rate, spoken_to,
+                                  tail or last) if self.options.words else ()
+                made += audio.shape[0]
                 if resampler is not None:
                     audio = resampler.process(audio)
                     if last:
@@ -316,7 +363,7 @@ class Synthesis(Iterator[AudioChunk]):
                     np.clip(audio, -1.0, 1.0, out=audio)  # the filter rings past full scale
                 yield AudioChunk(audio, encode(audio, fmt), out_rate, fmt, index, clause.text,
                                  last, speech_s=speech_s, front_chars=front_chars,
-                                 front_s=front_s, cached=cached)
+                                 front_s=front_s, cached=cached, words=words)
                 index += 1
                 if last:
                     return

@@ -154,3 +154,20 @@ def decoder_seam(decoder: Any, outputs: tuple[str, ...], prefix: str) -> Seam | 
     if pre is None or pre.input[0] not in names:
         return None
     return Seam(pre.input[0], (pre.input[0], *[x for x in names if x != pre.input[0]]), outputs)
+
+
+def expose_durations(front: Any) -> str | None:
+    """Make the front graph also output each input id's duration in latent frames (the
+    duration predictor's `Ceil`, whose cumulative sum places the ids on the frames), and
+    return its name; None where the graph has no such node. Nothing it computes changes."""
+    from onnx import TensorProto, helper
+
+    graph = front.graph
+    summed = {n.input[0] for n in graph.node if n.op_type == "CumSum"}
+    ceil = next((n for n in graph.node if n.op_type == "Ceil" and n.output[0] in summed), None)
+    if ceil is None:
+        return None
+    name = str(ceil.output[0])
+    if name not in {o.name for o in graph.output}:
+        graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    return name

@@ -34,7 +34,7 @@ from cosyvoiced.tts.voice.seam import (
 
 log = structlog.get_logger(__name__)
 
-SPLIT_TAG = "split2"
+SPLIT_TAG = "split3"
 """Versions the split graphs in cache keys."""
 
 DECODER_CONTEXT = 8
@@ -97,6 +97,8 @@ class Sentence:
     flow_frames: int = 0
     """Frames the flow has run over for this sentence (its windows with their context)."""
     flow_runs: int = 0
+    durations: np.ndarray | None = None
+    """Frames of each input id (the front's duration predictor), when the front gives them."""
 
 
 def _window(inputs: Mapping[str, np.ndarray], frames: int, lo: int, hi: int
@@ -129,6 +131,8 @@ class SplitVoice:
     """The flow's: "fp32" (ONNX Runtime) or "bf16" (OpenVINO, `tts/voice/flow_precision.py`)."""
     fast: dict[int, Any] = dataclasses.field(default_factory=dict)
     """bf16 decoders by the window (frames) each was compiled for, ascending (`vocoder.py`)."""
+    durations: str | None = None
+    """The front's output of each input id's frames (None: the front has none)."""
 
     @property
     def combined_field(self) -> ReceptiveField:
@@ -141,19 +145,23 @@ class SplitVoice:
                               self.flow_field.reach_ahead * hop + self.field.reach_ahead)
 
     def _front_outputs(self) -> list[str]:
+        extra = (self.durations,) if self.durations is not None else ()
         if self.flow_seam is None:
-            return list(self.seam.inputs)
-        return list(dict.fromkeys((*self.flow_seam.inputs, *self.seam.inputs[1:])))
+            return list(dict.fromkeys((*self.seam.inputs, *extra)))
+        return list(dict.fromkeys((*self.flow_seam.inputs, *self.seam.inputs[1:], *extra)))
 
     def sentence(self, feeds: Mapping[str, np.ndarray]) -> Sentence:
         """Run the front for one sentence (model inputs `feeds`): what `decode_chunk` reads."""
         names = self._front_outputs()
         out = run(self.front, dict(feeds), names)
         inputs = {name: np.asarray(x) for name, x in zip(names, out, strict=True)}
+        durations = (inputs.pop(self.durations).reshape(-1) if self.durations is not None
+                     else None)
         if self.flow_seam is None:
             z = inputs[self.seam.latent]
-            return Sentence(inputs, int(z.shape[-1]), z, int(z.shape[-1]))
-        return Sentence(inputs, int(inputs[self.flow_seam.inputs[0]].shape[-1]))
+            return Sentence(inputs, int(z.shape[-1]), z, int(z.shape[-1]), durations=durations)
+        return Sentence(inputs, int(inputs[self.flow_seam.inputs[0]].shape[-1]),
+                        durations=durations)
 
     def _flow_to(self, sentence: Sentence, need: int) -> None:
         """Compute latent frames [0, need) in one flow run where they are not yet: the

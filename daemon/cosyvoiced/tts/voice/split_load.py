@@ -31,6 +31,7 @@ from cosyvoiced.tts.voice.seam import (
     FlowSeam,
     Seam,
     decoder_seam,
+    expose_durations,
     find_flow_seam,
     find_seam,
     split_flow,
@@ -96,6 +97,8 @@ class Layout(NamedTuple):
     field: ReceptiveField
     flow_seam: FlowSeam | None
     flow_field: ReceptiveField | None
+    durations: str | None = None
+    """The front's output of each id's duration in frames (None: it has none)."""
 
 
 def _write_layout(path: Path, layout: Layout) -> bool:
@@ -108,7 +111,7 @@ def _write_layout(path: Path, layout: Layout) -> bool:
     text = json.dumps({
         "seam": [seam.latent, list(seam.inputs), list(seam.outputs)], "field": field(layout.field),
         "flow_seam": None if flow is None else [list(flow.inputs), flow.latent],
-        "flow_field": field(layout.flow_field)})
+        "flow_field": field(layout.flow_field), "durations": layout.durations})
     return write_cache_file(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"),
                             what="tts_split")
 
@@ -128,11 +131,13 @@ def _read_layout(paths: SplitPaths) -> Layout | None:
             flow_inputs, flow_latent = raw["flow_seam"]
             flow_seam = FlowSeam(tuple(map(str, flow_inputs)), str(flow_latent))
             flow_field = ReceptiveField(*map(int, raw["flow_field"]))
+        durations = raw.get("durations")
+        durations = None if durations is None else str(durations)
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if (flow_seam is not None) != paths.flow.is_file():
         return None
-    return Layout(seam, field, flow_seam, flow_field)
+    return Layout(seam, field, flow_seam, flow_field, durations)
 
 
 def _snr_db(ref: np.ndarray, x: np.ndarray) -> float:
@@ -265,7 +270,7 @@ def _load_laid_out(model_path: str, paths: SplitPaths, layout: Layout, threads: 
     log.debug("tts_split_layout", model=model_path, path=str(paths.layout))
     return SplitVoice(sessions["front"], sessions["decoder"], layout.seam, layout.field,
                       flow=sessions.get("flow"), flow_seam=layout.flow_seam,
-                      flow_field=layout.flow_field)
+                      flow_field=layout.flow_field, durations=layout.durations)
 
 
 def _load_graphs(model_path: str, paths: SplitPaths | None, cached: bool, threads: int,
@@ -313,11 +318,13 @@ def _load_graphs(model_path: str, paths: SplitPaths | None, cached: bool, thread
             flow_seam = None
             models = dict(zip(("front", "decoder"), split_model(model, seam), strict=True))
     kinds = ("front", "flow", "decoder") if flow_seam is not None else ("front", "decoder")
+    durations = (expose_durations(models["front"]) if "front" in models
+                 else _front_durations(paths))
     if not cached and paths is not None and not all(_save(models[k], getattr(paths, k))
                                                     for k in reversed(kinds)):
         paths = None  # written front last: a cached front means the rest is there
     if paths is not None:
-        _write_layout(paths.layout, Layout(seam, field, flow_seam, flow_field))
+        _write_layout(paths.layout, Layout(seam, field, flow_seam, flow_field, durations))
     rewrite = decoder_rewrite(threads)
 
     def session(kind: str) -> Any:
@@ -335,8 +342,19 @@ def _load_graphs(model_path: str, paths: SplitPaths | None, cached: bool, thread
 
     sessions = {k: session(k) for k in kinds}
     voice = SplitVoice(sessions["front"], sessions["decoder"], seam, field,
-                       flow=sessions.get("flow"), flow_seam=flow_seam, flow_field=flow_field)
+                       flow=sessions.get("flow"), flow_seam=flow_seam, flow_field=flow_field,
+                       durations=durations)
     return voice, paths, models if paths is None else None
+
+
+def _front_durations(paths: SplitPaths | None) -> str | None:
+    """The durations output of a cached front graph (None: it has none)."""
+    import onnx
+
+    if paths is None or not paths.front.is_file():
+        return None
+    names = [o.name for o in onnx.load(str(paths.front), load_external_data=False).graph.output]
+    return next((n for n in names if n.endswith("Ceil_output_0")), None)
 
 
 def _checked(voice: SplitVoice, model_path: str, paths: SplitPaths | None,
