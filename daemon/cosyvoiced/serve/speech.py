@@ -25,6 +25,7 @@ from cosyvoiced.listen.languages import model_languages
 from cosyvoiced.tts.frontend.ssml import parse_ssml
 from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text
 from cosyvoiced.tts.streaming.synthesis import encode
+from cosyvoiced.tts.streaming.words import WordTime
 from cosyvoiced.tts.voice.catalog import VoiceMeta, describe, discover, find_voice
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.errors import Overloaded, WorkerError
@@ -104,8 +105,14 @@ class Speech(Protocol):
 class PoolSynthesis:
     """Reads one request's audio from its stream's playback ring as the worker writes it."""
 
-    def __init__(self, handle: TtsHandle, request_id: int, fmt: str) -> None:
+    def __init__(self, handle: TtsHandle, request_id: int, fmt: str, words: bool = False
+                 ) -> None:
         self.handle = handle
+        self.words = words
+        """Word times asked: audio is handed on only as far as its words are known."""
+        self._told: deque[WordTime] = deque()
+        self._known = 0
+        """Samples of this request whose words have been told."""
         self.request_id = request_id
         self.rate_hz = handle.rate_hz
         self.format = fmt
@@ -121,7 +128,7 @@ class PoolSynthesis:
     async def __aiter__(self) -> AsyncIterator[AudioChunk]:
         handle, ring = self.handle, self.handle.ring
         done: m.SayDone | None = None
-        index = 0
+        index = made = 0
         try:
             while not self._cancelled:
                 while done is None and not handle.events.empty():
@@ -131,12 +138,19 @@ class PoolSynthesis:
                         raise WorkerError(msg.message, code=msg.code)
                     if isinstance(msg, m.SayDone) and msg.request_id == self.request_id:
                         done = msg
-                n = ring.read_into(self._buf)
+                    if isinstance(msg, m.SayWords) and msg.request_id == self.request_id:
+                        self._told.extend(msg.words)
+                        self._known = max(self._known, msg.until_samples)
+                room = self._buf.shape[0] if done is not None or not self.words \
+                    else min(self._buf.shape[0], max(0, self._known - made))
+                n = ring.read_into(self._buf[:room]) if room else 0
                 if n:
                     audio = self._buf[:n].copy()
                     last = done is not None and ring.available() == 0
+                    made += n
                     yield AudioChunk(audio, encode(audio, self.format), self.rate_hz,
-                                     self.format, index, "", last)
+                                     self.format, index, "", last,
+                                     words=self._due(made / self.rate_hz, last))
                     index += 1
                     if last:
                         return
@@ -146,6 +160,13 @@ class PoolSynthesis:
                     await asyncio.sleep(POLL_S)
         finally:
             await handle.close()
+
+
+    def _due(self, until_s: float, last: bool) -> tuple[WordTime, ...]:
+        due = []
+        while self._told and (last or self._told[0].start_s < until_s):
+            due.append(self._told.popleft())
+        return tuple(due)
 
 
 class PoolListening:
@@ -279,7 +300,7 @@ class PoolSpeech:
         except BaseException:
             await handle.close()
             raise
-        return PoolSynthesis(handle, request_id, fmt)
+        return PoolSynthesis(handle, request_id, fmt, words=options.words)
 
     async def listen(self, rate_hz: int, stream_id: str,
                      backlog_s: float | None = BACKLOG_S, language: str = "",

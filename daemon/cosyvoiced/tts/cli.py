@@ -8,6 +8,7 @@ a `.wav` file is written as 16-bit PCM. Settings come from the config file and
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import wave
@@ -22,7 +23,9 @@ from cosyvoiced.runtime.onnx import OnnxError
 from cosyvoiced.tts.engine import TtsEngine
 from cosyvoiced.tts.errors import TtsError
 from cosyvoiced.tts.frontend.lexicon import load_lexicon
-from cosyvoiced.tts.request import FORMATS, SynthesisOptions
+from cosyvoiced.tts.request import FORMATS, AudioChunk, SynthesisOptions
+from cosyvoiced.tts.streaming.words import WordTime
+from cosyvoiced.tts.subtitles import subtitles
 
 log = structlog.get_logger(__name__)
 
@@ -42,6 +45,10 @@ def add_say_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--ssml", action="store_true", help="the text is an SSML <speak> document")
     p.add_argument("--length-scale", type=float, help="phoneme length (< 1 faster, > 1 slower)")
     p.add_argument("--volume", type=float, default=1.0, help="output gain multiplier")
+    p.add_argument("--words", metavar="FILE",
+                   help="write each word's time as JSON (text, start, end, char_start, char_end)")
+    p.add_argument("--subtitles", metavar="FILE",
+                   help="write subtitle cues built from the words (.srt: SRT, else WebVTT)")
     p.add_argument("--threads", type=int, help="ONNX intra-op threads (default: workers.onnx_threads)")
     p.add_argument("-v", "--verbose", action="store_true", help="log at log.level (default: warnings only)")
     p.add_argument("-c", "--config", help="config file (default: built-in defaults)")
@@ -106,6 +113,11 @@ def _write(chunks: Any, output: str, stdout: BinaryIO) -> int:
     return samples
 
 
+def _kept_words(chunk: AudioChunk, words: list[WordTime]) -> AudioChunk:
+    words.extend(chunk.words)
+    return chunk
+
+
 def run_say(args: argparse.Namespace) -> int:
     """Run `say`; returns the process exit code (0 ok, 2 bad input or model error)."""
     try:
@@ -118,10 +130,19 @@ def run_say(args: argparse.Namespace) -> int:
         options = SynthesisOptions(
             voice=args.voice, speaker=args.speaker, rate_hz=args.rate_hz,
             format="s16le" if wav else args.format, ssml=args.ssml,
-            length_scale=args.length_scale, volume=args.volume)
+            length_scale=args.length_scale, volume=args.volume,
+            words=bool(args.words or args.subtitles))
         engine = engine_from_config(config, args.threads)
         chunks = engine.synthesize(text, options, precision=args.precision)
-        _write(chunks, args.output, sys.stdout.buffer)
+        words: list[WordTime] = []
+        _write((_kept_words(c, words) for c in chunks), args.output, sys.stdout.buffer)
+        if args.words:
+            Path(args.words).write_text(json.dumps({"words": [w.to_json() for w in words]},
+                                                   indent=1) + "\n", encoding="utf-8")
+        if args.subtitles:
+            Path(args.subtitles).write_text(
+                subtitles(words, vtt=not args.subtitles.lower().endswith(".srt")),
+                encoding="utf-8")
     except (TtsError, OnnxError) as exc:
         print(f"error: {exc.code}: {exc}", file=sys.stderr)
         return 2

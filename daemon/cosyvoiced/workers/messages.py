@@ -138,6 +138,19 @@ class SayDone:
 
 
 @dataclass(frozen=True)
+class SayWords:
+    """A request's words starting in its next audio (sent before that audio is in the
+    ring; only for requests asking for word times)."""
+
+    stream_id: str
+    request_id: int
+    words: tuple[Any, ...]
+    """`cosyvoiced.tts.streaming.words.WordTime`s, times from the request's first sample."""
+    until_samples: int
+    """The request's samples whose words are all told once this one is."""
+
+
+@dataclass(frozen=True)
 class StreamError:
     stream_id: str
     request_id: int
@@ -194,7 +207,7 @@ class AsrReady:
 
 TO_WORKER = (OpenTts, Say, Cancel, OpenListen, CloseStream, Adopt, SetPolicy, SetListen,
              SetLexicon, Stop)
-FROM_WORKER = (Ready, FirstAudio, SayDone, StreamError, ListenEvent, StreamClosed)
+FROM_WORKER = (Ready, FirstAudio, SayDone, SayWords, StreamError, ListenEvent, StreamClosed)
 
 
 class WorkerProtocolError(CosyvoicedError):

@@ -7,7 +7,9 @@ second of mp3 costs 14-40 ms of encoding, docs/performance.md: too long to hold 
 loop while other streams wait; PyAV lets go of the GIL meanwhile), so their first bytes
 leave with the first chunk. With `sse`, whatever
 the format made is sent base64 in OpenAI's `speech.audio.delta` events, closed by one
-`speech.audio.done`.
+`speech.audio.done`; each chunk's words go first, as our own `speech.word` events (a
+word is told no later than the audio holding its start), and a failure after the first
+event ends the stream with an `error` event.
 """
 
 from __future__ import annotations
@@ -84,6 +86,17 @@ class AudioBody:
             usage = {"input_tokens": 0, "output_tokens": 0, "total_tokens": 0}
             tail += _event({"type": "speech.audio.done", "usage": usage})
         return tail
+
+    def words(self, chunk: AudioChunk) -> bytes:
+        """With `sse`: a `speech.word` event per word starting in `chunk` (before its audio)."""
+        if not self.sse:
+            return b""
+        return b"".join(_event({"type": "speech.word", **w.to_json()}) for w in chunk.words)
+
+    def error(self, code: str, message: str) -> bytes:
+        """With `sse`: the event that ends a stream which failed part way."""
+        return _event({"type": "error", "error": {"code": code, "message": message}}) \
+            if self.sse else b""
 
     def close(self) -> None:
         if self._encoder is not None:

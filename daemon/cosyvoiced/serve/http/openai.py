@@ -79,7 +79,8 @@ class OpenAIRoutes:
             raise api_error("bad_parameter", "speed must be within [0.25, 4.0]")
         options = SynthesisOptions(voice=self.voice_for(json_field(body, "voice", str)),
                                    rate_hz=OPENAI_RATE_HZ, format="s16le",
-                                   length_scale=1.0 / speed if speed else None)
+                                   length_scale=1.0 / speed if speed else None,
+                                   words=stream_format == "sse")
         out = AudioBody("s16le" if fmt == "pcm" else fmt, sse=stream_format == "sse")
         return await self.tts.stream(request, text, options, out, kind="openai")
 

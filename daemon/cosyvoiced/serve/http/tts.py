@@ -8,6 +8,7 @@ The response headers wait for the first chunk, so `X-Time-To-First-Audio-Ms` is 
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -65,8 +66,43 @@ class TtsRoutes:
             noise_w_scale=json_field(body, "noise_w_scale", float),
             volume=json_field(body, "volume", float) or 1.0, rate_hz=rate_hz,
             format=container if container in ("float32", "mulaw") else "s16le",
-            ssml=bool(json_field(body, "ssml", bool)))
+            ssml=bool(json_field(body, "ssml", bool)), words=bool(json_field(body, "words", bool)))
+        if options.words:
+            return await self.with_words(request, text, options, AudioBody(container))
         return await self.stream(request, text, options, AudioBody(container), kind="tts")
+
+    async def with_words(self, request: web.Request, text: str, options: SynthesisOptions,
+                         body: AudioBody) -> web.Response:
+        """The whole audio and its words as one JSON object (`"words": true`)."""
+        try:
+            info = self.streams.open("tts")
+        except Refused as exc:
+            self.metrics.refused.labels(exc.code).inc()
+            raise as_api_error(exc) from None
+        data, words, audio_s, rate_hz = bytearray(), [], 0.0, 0
+        try:
+            try:
+                synthesis = await self.speech.synthesize(text, options, info.id)
+            except (TtsError, Unavailable) as exc:
+                raise as_api_error(exc) from None
+            async for chunk in _guard(synthesis, info.id):
+                if not rate_hz:
+                    rate_hz = chunk.rate_hz
+                    data += body.start(chunk)
+                data += await body.chunk(chunk)
+                words.extend(w.to_json() for w in chunk.words)
+                audio_s += chunk.duration_s
+            data += await body.end()
+        except MidStreamError as exc:
+            raise ApiError(exc.status, exc.code, str(exc)) from None
+        finally:
+            body.close()
+            self.streams.close(info.id)
+        if not rate_hz:
+            raise api_error("empty_text", "nothing to speak after normalization")
+        return web.json_response({
+            "audio": base64.b64encode(bytes(data)).decode("ascii"), "format": body.container,
+            "sample_rate_hz": rate_hz, "duration_s": round(audio_s, 3), "words": words})
 
     async def stream(self, request: web.Request, text: str, options: SynthesisOptions,
                      body: AudioBody, kind: str) -> web.StreamResponse:
@@ -113,6 +149,8 @@ class TtsRoutes:
                     await response.prepare(request)
                     if head := body.start(chunk):
                         await response.write(head)
+                if words := body.words(chunk):
+                    await response.write(words)
                 if data := await body.chunk(chunk):
                     await response.write(data)
                 audio_s += chunk.duration_s
@@ -126,6 +164,10 @@ class TtsRoutes:
         except MidStreamError as exc:
             if response is None:
                 raise ApiError(exc.status, exc.code, str(exc)) from None
+            if body.sse:  # an event stream ends with an error event, then cleanly
+                await response.write(body.error(exc.code, str(exc)))
+                await response.write_eof()
+                return response
             response.force_close()  # no final chunk: the client sees a truncated body
             return response
         finally:

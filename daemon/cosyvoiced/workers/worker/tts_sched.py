@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterator
 
 import structlog
 
-from cosyvoiced.workers.messages import FirstAudio, SayDone, StreamError
+from cosyvoiced.workers.messages import FirstAudio, SayDone, SayWords, StreamError
 from cosyvoiced.workers.worker.clause_cost import ClauseCosts
 from cosyvoiced.workers.worker.hold import fits_playing, sustainable
 from cosyvoiced.workers.worker.owed import owed
@@ -297,6 +297,9 @@ class TtsScheduler:
         audio = chunk.audio
         n = int(audio.shape[0])
         job.audio_samples += n
+        if getattr(job.options, "words", False):  # told before its audio is in the ring
+            self.emit(SayWords(stream.id, job.request_id, tuple(getattr(chunk, "words", ())),
+                               job.audio_samples))
         if self.on_clause is not None:
             self.on_clause(dt, n / stream.rate_hz)
         now = self.clock()
