@@ -15,6 +15,7 @@ from pathlib import Path
 from cosyvoiced.tts.frontend.segments import INLINE_RE
 
 CASES_DIR = Path(__file__).resolve().parents[3] / "tests" / "data" / "nemo_tn_en"
+CALLCENTER_FILE = CASES_DIR.parent / "callcenter_tn_en" / "cases.txt"
 CALL_CENTER = ("cardinal", "ordinal", "decimal", "money", "date", "time", "telephone",
                "measure", "electronic", "address")
 """The classes a call center lives on (the issue's first target)."""
@@ -47,6 +48,18 @@ def load_cases(directory: Path = CASES_DIR) -> list[Case]:
                 continue
             written, *spoken = line.split("~")
             out.append(Case(cls, written, tuple(spoken)))
+    return out
+
+
+def load_callcenter(path: Path = CALLCENTER_FILE) -> list[tuple[Case, str]]:
+    """Our call-center sentences: (case, why it is a known failure, or "") per line."""
+    out: list[tuple[Case, str]] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        written, *spoken = line.split("~")
+        why = spoken.pop()[1:] if spoken[-1].startswith("!") else ""
+        out.append((Case("callcenter", written, tuple(spoken)), why))
     return out
 
 

@@ -9,23 +9,11 @@ from __future__ import annotations
 
 import pytest
 
-from cosyvoiced.testing.tn_cases import Case, matches
+from cosyvoiced.testing.tn_cases import load_callcenter, matches
 from cosyvoiced.tts.frontend.normalize import normalize_text, use_grammars
 from cosyvoiced.tts.frontend.normalize.grammars import ensure
 
 GOAL = 0.97
-
-
-def load_callcenter(root) -> list[tuple[Case, str]]:
-    """(case, known-failure reason or "") per line of the set."""
-    out = []
-    for line in (root / "tests/data/callcenter_tn_en/cases.txt").read_text("utf-8").splitlines():
-        if not line or line.startswith("#"):
-            continue
-        written, *spoken = line.split("~")
-        why = spoken.pop()[1:] if spoken[-1].startswith("!") else ""
-        out.append((Case("callcenter", written, tuple(spoken)), why))
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +25,8 @@ def grammars():
     use_grammars(None)
 
 
-def test_callcenter_sentences_read_as_agents_say_them(grammars, repo_root, capsys):
-    cases = load_callcenter(repo_root)
+def test_callcenter_sentences_read_as_agents_say_them(grammars, capsys):
+    cases = load_callcenter()
     assert len(cases) >= 200
     failed, known, fixed = [], [], []
     for case, why in cases:
