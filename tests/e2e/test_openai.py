@@ -95,9 +95,23 @@ def test_speech_as_server_sent_events(client, judge):
         assert resp.headers["content-type"].startswith("text/event-stream")
         events = [json.loads(line[len("data: "):]) for line in resp.iter_lines()
                   if line.startswith("data: ")]
-    assert [e["type"] for e in events[:-1]] == ["speech.audio.delta"] * (len(events) - 1)
+    assert {e["type"] for e in events[:-1]} == {"speech.audio.delta", "speech.word"}
     assert events[-1]["type"] == "speech.audio.done" and "total_tokens" in events[-1]["usage"]
-    pcm = np.frombuffer(b"".join(base64.b64decode(e["audio"]) for e in events[:-1]), "<i2")
+    deltas = [e for e in events if e["type"] == "speech.audio.delta"]
+    pcm = np.frombuffer(b"".join(base64.b64decode(e["audio"]) for e in deltas), "<i2")
+    # each word told before the delta holding its start, in order, inside the audio
+    sent_s, words = 0.0, []
+    for e in events:
+        if e["type"] == "speech.audio.delta":
+            sent_s += len(base64.b64decode(e["audio"])) / 2 / 24000
+        elif e["type"] == "speech.word":
+            assert e["start"] >= sent_s - 0.001, (e, sent_s)
+            words.append(e)
+    assert [w["text"] for w in words] == TEXT.split()
+    assert [TEXT[w["char_start"]:w["char_end"]] for w in words] == TEXT.split()
+    starts = [w["start"] for w in words]
+    assert starts == sorted(starts) and all(w["start"] <= w["end"] for w in words)
+    assert 0 <= starts[0] and words[-1]["end"] <= pcm.size / 24000
     import soxr
 
     assert heard(judge, soxr.resample(pcm.astype(np.float32) / 32768, 24000, 16000)) <= 0.15

@@ -9,17 +9,21 @@ import numpy as np
 
 from cosyvoiced.listen.events import Transcript, VoiceStarted, VoiceStopped, Word
 from cosyvoiced.serve.speech import ListenEvent, Overloaded, VoiceMeta
-from cosyvoiced.tts.errors import UnknownVoice
+from cosyvoiced.tts.errors import AudioTooLong, UnknownVoice
 from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text
+from cosyvoiced.tts.streaming.words import WordTime
 
 
 class FakeSynthesis:
     """One chunk per word: 0.1 s of a level per word, s16le at the rate asked (22050 Hz,
-    the voice's own, when none is)."""
+    the voice's own, when none is). With `words`, each chunk carries its word, timed over
+    its first 80 ms; a word `FAIL` fails the synthesis there (an error mid-way)."""
 
-    def __init__(self, text: str, first_audio_s: float = 0.0, rate_hz: int | None = None
-                 ) -> None:
+    def __init__(self, text: str, first_audio_s: float = 0.0, rate_hz: int | None = None,
+                 words: bool = False) -> None:
         self.rate_hz = rate_hz or 22050
+        self.text = text
+        self.timed = words
         self.words = text.split()
         self.cancelled = False
         self.first_audio_s = first_audio_s
@@ -29,10 +33,15 @@ class FakeSynthesis:
             if self.cancelled:
                 return
             await asyncio.sleep(self.first_audio_s if i == 0 else 0)
+            if word == "FAIL":
+                raise AudioTooLong(1e9, 1.0)
             audio = np.full(self.rate_hz // 10, 0.25, dtype=np.float32)
             data = (audio * 32767).astype("<i2").tobytes()
+            at = len(" ".join(self.words[:i])) + (1 if i else 0)
+            said = (WordTime(word, at, at + len(word), i / 10, i / 10 + 0.08),) \
+                if self.timed else ()
             yield AudioChunk(audio, data, self.rate_hz, "s16le", i, word,
-                             i == len(self.words) - 1)
+                             i == len(self.words) - 1, words=said)
 
     def cancel(self) -> None:
         self.cancelled = True
@@ -122,7 +131,7 @@ class FakeSpeech:
             raise Overloaded("no capacity left")
         self.requests.append((text, options))
         return FakeSynthesis(text, self.first_audio_s,
-                             options.rate_hz if self.at_rate_asked else None)
+                             options.rate_hz if self.at_rate_asked else None, options.words)
 
     async def listen(self, rate_hz: int, stream_id: str,
                      backlog_s: float | None = 30.0, language: str = "",

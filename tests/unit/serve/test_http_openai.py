@@ -78,12 +78,58 @@ def test_speech_as_server_sent_events(fmt):
             text = (await r.read()).decode()
         events = [json.loads(block.removeprefix("data: "))
                   for block in text.split("\n\n") if block]
-        assert [e["type"] for e in events[:-1]] == ["speech.audio.delta"] * (len(events) - 1)
+        assert {e["type"] for e in events[:-1]} == {"speech.audio.delta", "speech.word"}
         assert events[-1] == {"type": "speech.audio.done", "usage": {
             "input_tokens": 0, "output_tokens": 0, "total_tokens": 0}}
-        audio = b"".join(base64.b64decode(e["audio"]) for e in events[:-1])
+        words = [e for e in events if e["type"] == "speech.word"]
+        assert [(w["text"], w["char_start"], w["char_end"]) for w in words] == [
+            (w, WORDS.index(w), WORDS.index(w) + len(w)) for w in WORDS.split()]
+        assert words[1] == {"type": "speech.word", "text": "two", "start": 0.1, "end": 0.18,
+                            "char_start": 4, "char_end": 7}
+        if fmt == "pcm":  # each word before the delta holding its start
+            kinds = [e["type"] for e in events[:-1]]
+            assert kinds == ["speech.word", "speech.audio.delta"] * len(words)
+        audio = b"".join(base64.b64decode(e["audio"]) for e in events
+                         if e["type"] == "speech.audio.delta")
         n = len(audio) // 2 if fmt == "pcm" else decode(audio, 60.0, 24000).size
         assert abs(n / 24000 - 0.5) < 0.1
+    run(go)
+
+
+def test_a_failure_mid_way_ends_the_event_stream_with_an_error_event():
+    async def go(http, daemon):
+        body = speech_body(input="one two FAIL four", response_format="pcm",
+                           stream_format="sse")
+        async with http.post("/v1/audio/speech", json=body) as r:
+            assert r.status == 200
+            text = (await r.read()).decode()
+        events = [json.loads(block.removeprefix("data: "))
+                  for block in text.split("\n\n") if block]
+        assert [e["type"] for e in events].count("speech.audio.delta") == 2
+        assert events[-1]["type"] == "error"
+        assert events[-1]["error"]["code"] == "audio_too_long"
+        assert "speech.audio.done" not in [e["type"] for e in events]
+        async with http.post("/v1/audio/speech", json=speech_body()) as r:  # undisturbed
+            assert r.status == 200 and len(await r.read()) > 1000
+    run(go)
+
+
+def test_plain_speech_asks_for_no_word_times():
+    async def go(http, daemon):
+        async with http.post("/v1/audio/speech", json=speech_body()) as r:
+            await r.read()
+        assert daemon.speech.requests[-1][1].words is False
+    run(go)
+
+
+def test_native_tts_with_words_answers_json():
+    async def go(http, daemon):
+        async with http.post("/v1/tts", json={"text": WORDS, "words": True}) as r:
+            assert r.status == 200
+            got = await r.json()
+        assert got["format"] == "wav" and got["duration_s"] == 0.5
+        assert base64.b64decode(got["audio"])[:4] == b"RIFF"
+        assert [w["text"] for w in got["words"]] == WORDS.split()
     run(go)
 
 
