@@ -29,16 +29,12 @@ from cosyvoiced.tts.errors import BadSsml, PausesTooLong, TtsError
 from cosyvoiced.tts.frontend.lexicon import Lexicon, check_ipa
 from cosyvoiced.tts.frontend.normalize import normalize_text, plain_segments
 from cosyvoiced.tts.frontend.normalize.en_calls import PHONE_RE, phone, spell
-from cosyvoiced.tts.frontend.normalize.en_dates import dates, spoken_date
-from cosyvoiced.tts.frontend.normalize.en_numbers import (
-    CURRENCY_RE,
-    MAX_WORD_DIGITS,
-    cardinal,
-    currency,
-    decimal_digits,
-    digits,
-    number,
-    ordinal_number,
+from cosyvoiced.tts.frontend.normalize.en_numbers import cardinal, digits
+from cosyvoiced.tts.frontend.normalize.en_say_as import (
+    say_cardinal,
+    say_currency,
+    say_date,
+    say_ordinal,
 )
 from cosyvoiced.tts.frontend.normalize.en_text import characters, phone_number
 from cosyvoiced.tts.frontend.segments import (
@@ -66,8 +62,6 @@ MAX_BREAK_MS = 10_000
 DEFAULT_MAX_PAUSE_MS = 60_000
 """All `<break>`s of one document together, unless the caller says otherwise (the default
 of `tts.max_pause_s`)."""
-MAX_DATE_DIGITS = 9
-"""A say-as date part longer than this is no date (and never an int() of thousands)."""
 TIME_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s)\s*$")
 
 
@@ -132,25 +126,6 @@ def parse_break(attrs: dict[str, str]) -> int:
     return STRENGTH_MS[strength]
 
 
-def say_as_date(text: str, fmt: str) -> str:
-    found = re.findall(r"\d+", text)
-    nums = [int(x) for x in found] if all(len(x) <= MAX_DATE_DIGITS for x in found) else []
-    order = (fmt or "mdy").lower()
-    if nums and len(nums) == len(order) and set(order) <= set("ymd"):
-        parts = dict(zip(order, nums, strict=True))
-        words = spoken_date(parts.get("m", 0), parts.get("d", 0), parts.get("y"))
-        if words:
-            return words
-    return dates(text)
-
-
-def _word_digits(kind: str, ds: str) -> str:
-    if len(ds) > MAX_WORD_DIGITS:
-        raise ValueError(f"a {kind} of {len(ds)} digits is too long to read as words (at "
-                         f"most {MAX_WORD_DIGITS} digits); use interpret-as=\"digits\"")
-    return ds
-
-
 def say_as(kind: str, text: str, fmt: str) -> str:
     """The words `text` is read as under `<say-as interpret-as=kind format=fmt>`; a
     ValueError says why it cannot be."""
@@ -164,22 +139,18 @@ def say_as(kind: str, text: str, fmt: str) -> str:
         return normalize_text(text)
     if kind == "verbatim":
         return characters(text)
-    if kind == "date":
-        return say_as_date(text, fmt)
+    if kind == "date":  # cardinal, ordinal, date, currency: NeMo's grammars where loaded
+        return say_date(text, fmt)
     if kind == "currency":
-        m = CURRENCY_RE.search(text if text[:1] in "$€£-" else "$" + text)
-        return currency(m.group(2), m.group(3), m.group(4), m.group(5)) if m else text
+        return say_currency(text, fmt)
     if kind in ("characters", "spell-out"):
         if fmt == "phonetic":  # "Q as in Quebec, X as in X-ray, four"
             return spell("".join(c for c in text if c.isalnum()), phonetic=True)
         return characters(text)
     if kind in ("cardinal", "number"):
-        if not re.fullmatch(r"-?[\d,]+(\.\d+)?", text):
-            return text
-        _word_digits(kind, decimal_digits(text.partition(".")[0]))
-        return number(text)
+        return say_cardinal(text, kind)
     if kind == "ordinal":
-        return ordinal_number(_word_digits(kind, text)) if text.isdecimal() else text
+        return say_ordinal(text)
     return text
 
 

@@ -57,6 +57,15 @@ def languages() -> list[str]:
 
 _LOADED: dict[str, EnglishReader] = {}
 """Readers on grammars loaded in this process, by directory (loaded once)."""
+_GRAMMAR_WINDOW: list[Callable[[str], str]] = []
+"""The grammars English is read by now (one window reader), none under the rules."""
+
+
+def grammar_reading(written: str) -> str | None:
+    """`written` as one window read by NeMo's grammars alone (no call-center rules around
+    it), or None where English is read by the rules (`<say-as>` builds a written form of
+    the class it asks for and reads it so)."""
+    return _GRAMMAR_WINDOW[0](written) if _GRAMMAR_WINDOW else None
 
 
 def use_grammars(directory: str | Path | None, cut_dir: str | Path | None = None) -> bool:
@@ -66,6 +75,7 @@ def use_grammars(directory: str | Path | None, cut_dir: str | Path | None = None
     made at run time are kept in `cut_dir` (see `en_fst`)."""
     from cosyvoiced.tts.frontend.normalize.en_fst import EnglishGrammars, GrammarError
 
+    _GRAMMAR_WINDOW.clear()
     if directory is None:
         _REGISTRY["en"] = RULES_READER.pieces
         return False
@@ -81,6 +91,7 @@ def use_grammars(directory: str | Path | None, cut_dir: str | Path | None = None
                                      long_window=normalize_en,
                                      phonetic=RULES_READER.phonetic)
     _REGISTRY["en"] = _LOADED[key].pieces
+    _GRAMMAR_WINDOW.append(_LOADED[key].window)
     return True
 
 
@@ -195,4 +206,4 @@ def plain_segments(text: str, language: str = "en", rate: float = 1.0,
 
 __all__ = ["Pause", "Phonemes", "Segment", "Speech", "normalize_text", "normalize_pieces",
            "plain_segments", "register", "languages", "use_grammars", "load_grammars",
-           "set_phonetic"]
+           "set_phonetic", "grammar_reading"]
