@@ -44,6 +44,17 @@ def espeak_phonemes(text: str, espeak_voice: str,
     return flat
 
 
+def espeak_sentences(text: str, espeak_voice: str) -> list[str]:
+    """Phonemes of each sentence espeak-ng finds in `text`, one string each."""
+    global _PHONEMIZER
+    with _LOCK:
+        if _PHONEMIZER is None:
+            from piper.phonemize_espeak import EspeakPhonemizer
+
+            _PHONEMIZER = EspeakPhonemizer()
+        return ["".join(s) for s in _PHONEMIZER.phonemize(espeak_voice, text)]
+
+
 def raw_phonemes(phonemes: str) -> list[str]:
     """`[[ ... ]]` passthrough: the written IPA, decomposed like espeak's output."""
     return list(unicodedata.normalize("NFD", phonemes.strip()))

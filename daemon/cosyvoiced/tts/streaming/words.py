@@ -112,40 +112,34 @@ def _letters(s: str) -> str:
     return "".join(c for c in s.translate(STRESS) if c.isalpha())
 
 
-def _distance(a: str, b: str) -> float:
-    if not a or not b:
-        return 1.0
-    prev = list(range(len(b) + 1))
-    for i, ca in enumerate(a, 1):
-        cur = [i]
-        for j, cb in enumerate(b, 1):
-            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (ca != cb)))
-        prev = cur
-    return prev[-1] / max(len(a), len(b))
-
-
 def align(units: list[str], words: list[str]) -> list[tuple[int, int, int, int]]:
     """Groups (unit lo, unit hi, word lo, word hi) matching written words (their phonemes
-    alone) to espeak's words in order: 1:1, n:1 (espeak joined them) or 1:n, n <= 3."""
+    alone) to espeak's words in order: 1:1, n:1 (espeak joined them) or 1:n, n <= 3. A
+    group costs how far its lengths in letters differ, and whether its first letters do
+    (O(1) each: this runs before a sentence's first audio)."""
     n, m = len(units), len(words)
+    ucum = np.concatenate([[0], np.cumsum([len(u) for u in units])])
+    wcum = np.concatenate([[0], np.cumsum([len(w) for w in words])])
     inf = float("inf")
     cost = np.full((n + 1, m + 1), inf)
     back: dict[tuple[int, int], tuple[int, int]] = {}
     cost[0, 0] = 0.0
     for i in range(n + 1):
         for j in range(m + 1):
-            if cost[i, j] == inf:
+            here = cost[i, j]
+            if here == inf:
                 continue
             for a, b in ((1, 1), (2, 1), (3, 1), (1, 2), (1, 3), (1, 0), (0, 1)):
                 if i + a > n or j + b > m:
                     continue
                 if a and b:
-                    c = _distance("".join(units[i:i + a]), "".join(words[j:j + b]))
-                    c += 0.15 * (a + b - 2)
+                    la, lb = ucum[i + a] - ucum[i], wcum[j + b] - wcum[j]
+                    c = abs(la - lb) / max(la, lb, 1) + 0.15 * (a + b - 2)
+                    c += 0.5 * (units[i][:1] != words[j][:1])
                 else:
                     c = 1.5
-                if cost[i, j] + c < cost[i + a, j + b]:
-                    cost[i + a, j + b] = cost[i, j] + c
+                if here + c < cost[i + a, j + b]:
+                    cost[i + a, j + b] = here + c
                     back[(i + a, j + b)] = (i, j)
     groups: list[tuple[int, int, int, int]] = []
     at = (n, m)
@@ -206,10 +200,16 @@ def clause_words(text: str, spans: Sequence[SourceSpan], source: str,
 
 
 def alone(espeak_voice: str) -> Callable[[list[str]], list[str]]:
-    """Phonemes of written words, each phonemized on its own (for `clause_words`)."""
-    from cosyvoiced.tts.frontend.phonemize import espeak_phonemes
+    """Phonemes of written words, each phonemized on its own (for `clause_words`): one
+    espeak-ng call with each word a sentence, or one call per word where espeak finds
+    other sentences than the words."""
+    from cosyvoiced.tts.frontend.phonemize import espeak_phonemes, espeak_sentences
 
     def run(words: list[str]) -> list[str]:
-        return ["".join(espeak_phonemes(w, espeak_voice)) for w in words]
+        bare = [" ".join(re.findall(r"[^\W_]+(?:'[^\W_]+)?", w)) or w for w in words]
+        said = espeak_sentences(". ".join(bare) + ".", espeak_voice)
+        if len(said) == len(words):
+            return said
+        return ["".join(espeak_phonemes(w, espeak_voice)) for w in bare]
 
     return run
