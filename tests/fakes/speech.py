@@ -10,8 +10,7 @@ import numpy as np
 from cosyvoiced.listen.events import Transcript, VoiceStarted, VoiceStopped, Word
 from cosyvoiced.serve.speech import ListenEvent, Overloaded, VoiceMeta
 from cosyvoiced.tts.errors import AudioTooLong, UnknownVoice
-from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text
-from cosyvoiced.tts.streaming.words import WordTime
+from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, WordTime, check_text
 
 
 class FakeSynthesis:

@@ -23,9 +23,8 @@ from cosyvoiced.listen.asr import bundled_model_dir
 from cosyvoiced.listen.events import Transcript, VoiceStarted, VoiceStopped
 from cosyvoiced.listen.languages import model_languages
 from cosyvoiced.tts.frontend.ssml import parse_ssml
-from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, check_text
+from cosyvoiced.tts.request import AudioChunk, SynthesisOptions, WordTime, check_text
 from cosyvoiced.tts.streaming.synthesis import encode
-from cosyvoiced.tts.streaming.words import WordTime
 from cosyvoiced.tts.voice.catalog import VoiceMeta, describe, discover, find_voice
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.errors import Overloaded, WorkerError

@@ -23,9 +23,8 @@ from cosyvoiced.runtime.onnx import OnnxError
 from cosyvoiced.tts.engine import TtsEngine
 from cosyvoiced.tts.errors import TtsError
 from cosyvoiced.tts.frontend.lexicon import load_lexicon
-from cosyvoiced.tts.request import FORMATS, AudioChunk, SynthesisOptions
-from cosyvoiced.tts.streaming.words import WordTime
-from cosyvoiced.tts.subtitles import subtitles
+from cosyvoiced.tts.request import FORMATS, AudioChunk, SynthesisOptions, WordTime
+from cosyvoiced.tts.streaming.subtitles import subtitles
 
 log = structlog.get_logger(__name__)
 

@@ -18,7 +18,6 @@ from cosyvoiced.tts.errors import (
     UnsupportedFormat,
     UnsupportedRate,
 )
-from cosyvoiced.tts.streaming.words import WordTime
 
 AudioFormat = Literal["float32", "s16le", "mulaw"]
 FORMATS: tuple[str, ...] = ("float32", "s16le", "mulaw")
@@ -69,6 +68,28 @@ class SynthesisOptions:
             value = getattr(self, name)
             if value is not None and not lo <= value <= hi:
                 raise BadParameter(f"{name} must be within [{lo}, {hi}], got {value}")
+
+
+@dataclass(frozen=True)
+class WordTime:
+    """One spoken word on the output audio's timeline."""
+
+    text: str
+    """The word as the caller wrote it (`source[char_start:char_end]`)."""
+    char_start: int
+    """Offset in the caller's input as sent (raw text, or the SSML document)."""
+    char_end: int
+    start_s: float
+    """Seconds from the start of the request's audio."""
+    end_s: float
+
+    def shifted(self, by_s: float) -> WordTime:
+        return WordTime(self.text, self.char_start, self.char_end, self.start_s + by_s,
+                        self.end_s + by_s)
+
+    def to_json(self) -> dict[str, object]:
+        return {"text": self.text, "start": round(self.start_s, 3), "end": round(self.end_s, 3),
+                "char_start": self.char_start, "char_end": self.char_end}
 
 
 @dataclass(frozen=True)

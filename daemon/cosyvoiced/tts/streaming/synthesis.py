@@ -28,9 +28,9 @@ from cosyvoiced.config.schema import TtsConfig
 from cosyvoiced.runtime.onnx import run as onnx_run
 from cosyvoiced.tts.frontend.phonemize import raw_phonemes, text_phonemes, to_ids
 from cosyvoiced.tts.frontend.plan import Clause
-from cosyvoiced.tts.request import LENGTH_SCALE_RANGE, AudioChunk, SynthesisOptions
+from cosyvoiced.tts.request import LENGTH_SCALE_RANGE, AudioChunk, SynthesisOptions, WordTime
 from cosyvoiced.tts.streaming.prompt_cache import PromptCache, PromptKey
-from cosyvoiced.tts.streaming.words import WordTime, alone, clause_words, id_frames
+from cosyvoiced.tts.streaming.words import alone, clause_words, id_frames
 from cosyvoiced.tts.voice.catalog import Voice
 from cosyvoiced.tts.voice.split import chunk_bounds
 

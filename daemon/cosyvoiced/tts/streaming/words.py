@@ -19,32 +19,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from cosyvoiced.tts.frontend.segments import SourceSpan, split_inline
+from cosyvoiced.tts.request import WordTime
 
 WORD_RE = re.compile(r"\S+")
 STRESS = str.maketrans("", "", "ˈˌːˑ'")
 PUNCTUATION = frozenset(",.;:!?¡¿—…\"()-'")
-
-
-@dataclass(frozen=True)
-class WordTime:
-    """One spoken word on the output audio's timeline."""
-
-    text: str
-    """The word as the caller wrote it (`source[char_start:char_end]`)."""
-    char_start: int
-    """Offset in the caller's input as sent (raw text, or the SSML document)."""
-    char_end: int
-    start_s: float
-    """Seconds from the start of the request's audio."""
-    end_s: float
-
-    def shifted(self, by_s: float) -> WordTime:
-        return WordTime(self.text, self.char_start, self.char_end, self.start_s + by_s,
-                        self.end_s + by_s)
-
-    def to_json(self) -> dict[str, object]:
-        return {"text": self.text, "start": round(self.start_s, 3), "end": round(self.end_s, 3),
-                "char_start": self.char_start, "char_end": self.char_end}
 
 
 @dataclass(frozen=True)

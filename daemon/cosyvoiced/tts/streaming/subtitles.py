@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cosyvoiced.tts.streaming.words import WordTime
+from cosyvoiced.tts.request import WordTime
 
 MAX_CUE_CHARS = 42
 """Longest cue line (the common broadcast limit)."""
