@@ -79,3 +79,11 @@ def test_a_break_shifts_the_words_after_it(engine) -> None:
     assert [w.text for w in paused] == ["Hello", "there.", "Press", "one."]
     assert doc[paused[2].char_start:paused[2].char_end] == "Press"
     assert paused[2].start_s - plain[2].start_s > 1.3
+
+
+def test_phoneme_and_say_as_words_map_to_their_source(engine) -> None:
+    doc = ('<speak>I like <phoneme alphabet="ipa" ph="təˈmɑːtoʊ">tomato</phoneme> soup on '
+           '<say-as interpret-as="date" format="mdy">12/25/2024</say-as>.</speak>')
+    words = [w for c in say(engine, doc, ssml=True)[0] for w in c.words]
+    assert [w.text for w in words] == ["I", "like", "tomato", "soup", "on", "12/25/2024"]
+    assert all(doc[w.char_start:w.char_end] == w.text for w in words)

@@ -58,7 +58,7 @@ def clause_units(text: str) -> list[Unit]:
 
 def phoneme_words(phonemes: Sequence[str]) -> list[tuple[int, int]]:
     """[first, last] phoneme indices of each word in a phoneme list (spaces split words;
-    punctuation and stress marks at a word's edges are not its sounds)."""
+    punctuation is no sound of the word it follows)."""
     words: list[tuple[int, int]] = []
     start = last = -1
     for i, p in enumerate([*phonemes, " "]):
@@ -74,8 +74,9 @@ def phoneme_words(phonemes: Sequence[str]) -> list[tuple[int, int]]:
 
 def id_frames(phonemes: Sequence[str], id_map: dict[str, Sequence[int]],
               durations: np.ndarray) -> tuple[np.ndarray, float]:
-    """(start frame of each phoneme, frames before the first) from the durations of the ids
-    `to_ids` makes of `phonemes`; a phoneme the map lacks has none (it was dropped)."""
+    """(start frame of each phoneme and, last, the end of the last one; all frames) from the
+    durations of the ids `to_ids` makes of `phonemes`; a phoneme the map lacks has none (it
+    was dropped)."""
     starts = np.zeros(len(phonemes) + 1, dtype=np.float64)
     cum = np.concatenate([[0.0], np.cumsum(durations.astype(np.float64))])
     pos = len(id_map.get("^", ())) + len(id_map.get("_", ()))
