@@ -11,6 +11,7 @@ Rows: each class's exact-match share (scored as `cosyvoiced.testing.tn_cases` do
 both; then ms per input (mean: a first pass, where each new alphabet's tagger cut is
 made, and a second, as on a running box), ms per sentence (median), and ours' load time
 and RSS (a fresh process). The CPU's AMX/AVX512-BF16 flags are noted (the figures are CPU-bound).
+Last, the engine's first audio and RTF with the grammars against the rules (`tncost`).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from cosyvoiced.testing.tn_cases import CALL_CENTER, Case, load_cases, matches
 from cosyvoiced.tts.frontend.normalize import normalize_text, use_grammars
 from cosyvoiced.tts.frontend.normalize.grammars import ensure
 from tools.bench.report import Report
+from tools.bench.tncost import add_rows, measure
 
 REPO = Path(__file__).resolve().parents[2]
 SENTENCES = REPO / "tools" / "data" / "callcenter_en.txt"
@@ -150,6 +152,7 @@ def run(quick: bool) -> Report:
     report.target("ms per call-center sentence (median)", ours_sentence_ms, "<= 10",
                   ours_sentence_ms <= 10)
     report.target("grammar load s", loaded["load_s"], "< 1", loaded["load_s"] < 1)
+    add_rows(report, measure(rounds=1 if quick else 3))  # what the engine pays for them
     return report
 
 
