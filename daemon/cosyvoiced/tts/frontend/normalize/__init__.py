@@ -15,12 +15,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from cosyvoiced.tts.errors import TtsError, UnreadableText
-from cosyvoiced.tts.frontend.normalize.en_read import (
-    EnglishReader,
-    Piece,
-    american,
-    join_pieces,
-)
+from cosyvoiced.tts.frontend.normalize.en_read import EnglishReader, Piece, join_pieces
 from cosyvoiced.tts.frontend.normalize.en_text import ABBREVIATIONS, normalize_en
 from cosyvoiced.tts.frontend.segments import (
     PHONEME_BLOCK,
@@ -70,7 +65,7 @@ def grammar_reading(written: str) -> str | None:
     """`written` as one window read by NeMo's grammars alone (no call-center rules around
     it), or None where English is read by the rules (`<say-as>` builds a written form of
     the class it asks for and reads it so)."""
-    return american(_GRAMMAR_WINDOW[0](written), written) if _GRAMMAR_WINDOW else None
+    return _GRAMMAR_WINDOW[0](written) if _GRAMMAR_WINDOW else None
 
 
 def use_grammars(directory: str | Path | None, cut_dir: str | Path | None = None) -> bool:

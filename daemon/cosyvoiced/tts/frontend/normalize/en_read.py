@@ -53,20 +53,6 @@ UNIT_WORDS = {"KB": "kilobytes", "MB": "megabytes", "GB": "gigabytes", "TB": "te
 _UNIT_RE = re.compile(r"(?<=[a-z] )(" + "|".join(UNIT_WORDS) + r")\b")
 
 
-_NUMBER_AND_RE = re.compile(
-    r"\b(hundred|thousand|million|billion|trillion) and (?=(?:one|two|three|four|five|six|"
-    r"seven|eight|nine|ten|eleven|twelve|thirteen|fourteen|fifteen|sixteen|seventeen|"
-    r"eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)\b)")
-_AND_WORD_RE = re.compile(r"\band\b|&", re.IGNORECASE)
-
-
-def american(words: str, written: str) -> str:
-    """The grammars' "three hundred and twelve" as American agents say it, "three hundred
-    twelve", where the written text has no "and" of its own: Whisper hears "three hundred
-    and twelve dollars" as "$300 and $12"."""
-    return words if _AND_WORD_RE.search(written) else _NUMBER_AND_RE.sub(r"\1 ", words)
-
-
 def _tidy(words: str) -> str:
     """A window's reading with "PM" as letters and bare units in full."""
     words = _AMPM_RE.sub(r"\1 M", words)
@@ -239,8 +225,7 @@ class EnglishReader:
             except UnicodeEncodeError:
                 taggable = False
         if taggable:
-            said = self.window(_MINUS_MONEY_RE.sub("minus ", _PER_RE.sub(" per ", chunk)))
-            return _tidy(american(said, chunk))
+            return _tidy(self.window(_MINUS_MONEY_RE.sub("minus ", _PER_RE.sub(" per ", chunk))))
         # what the long-window reader leaves in digits ("9,9,9"), digit by digit
         return _DIGITS_RE.sub(lambda m: digits(m.group(0)), _tidy(self.long_window(chunk)))
 

@@ -3,7 +3,7 @@
 Each builds the one written form the grammars read as the class asked for ("1,234" is a
 cardinal where "1234" would be a year, "21st" an ordinal, "March 5, 2024" a date whatever
 order the digits came in, "$5.50" money) and reads it as one window, without the
-call-center rules ("911" under `cardinal` is "nine hundred eleven"). Where the grammars
+call-center rules ("911" under `cardinal` is "nine hundred and eleven"). Where the grammars
 are not loaded, the hand-written rules read it as before. A ValueError says why a value
 cannot be read (answered 400 by the SSML parser).
 """
@@ -55,7 +55,7 @@ def _read(written: str) -> str | None:
 
 
 def say_cardinal(text: str, kind: str = "cardinal") -> str:
-    """"1234" -> "one thousand two hundred thirty four"; "-3.5" -> "minus three point
+    """"1234" -> "one thousand two hundred and thirty four"; "-3.5" -> "minus three point
     five"; anything else is read as written text."""
     m = _CARDINAL_RE.fullmatch(text)
     if not m:

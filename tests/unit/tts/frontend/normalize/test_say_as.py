@@ -31,9 +31,9 @@ def said(kind: str, text: str, fmt: str = "") -> Speech:
 
 
 CASES = [
-    ("cardinal", "1234", "", "one thousand two hundred thirty four"),  # not a year
-    ("cardinal", "911", "", "nine hundred eleven"),  # not the emergency number
-    ("cardinal", "-1,250", "", "minus one thousand two hundred fifty"),
+    ("cardinal", "1234", "", "one thousand two hundred and thirty four"),  # not a year
+    ("cardinal", "911", "", "nine hundred and eleven"),  # not the emergency number
+    ("cardinal", "-1,250", "", "minus one thousand two hundred and fifty"),
     ("number", "3.75", "", "three point seven five"),
     ("ordinal", "21", "", "twenty first"),
     ("ordinal", "112th", "", "one hundred twelfth"),
@@ -51,7 +51,7 @@ CASES = [
     ("date", "March 5, 2024", "", "march fifth, twenty twenty four"),
     ("currency", "$49.99", "", "forty nine dollars ninety nine cents"),
     ("currency", "12.5", "", "twelve dollars fifty cents"),
-    ("currency", "1234", "EUR", "one thousand two hundred thirty four euros"),
+    ("currency", "1234", "EUR", "one thousand two hundred and thirty four euros"),
     ("currency", "GBP 1", "", "one pound"),
     ("currency", "-$5.50", "", "minus five dollars fifty cents"),
     ("currency", ".99", "USD", "ninety nine cents"),
