@@ -13,27 +13,15 @@ most against Piper. `--quick`: every 4th sentence, one draw.
 
 from __future__ import annotations
 
-import re
-import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 
 from cosyvoiced.testing.tn_cases import load_callcenter
-from tools.bench.report import Report
+from tools.bench.report import Report, cpu_flags
 
 SYSTEMS = ("cosyvoiced", "piper")
 SEEDS = (1, 2, 3)
-
-
-def cpu_flags() -> str:
-    """`grep -o 'amx[a-z_0-9]*\\|avx512_bf16' /proc/cpuinfo | sort -u`, on one line."""
-    out = subprocess.run(["grep", "-o", r"amx[a-z_0-9]*\|avx512_bf16", "/proc/cpuinfo"],
-                         capture_output=True, text=True, check=False).stdout
-    model = re.search(r"model name\s*:\s*(.*)", Path("/proc/cpuinfo").read_text())
-    flags = " ".join(sorted(set(out.split()))) or "no amx/avx512_bf16"
-    return f"{model.group(1) if model else '?'}; flags: {flags}"
 
 
 def run(quick: bool) -> Report:

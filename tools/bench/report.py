@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -53,3 +55,15 @@ class Report:
         lines += [f"{t.name}  {t.value:.4g}  {t.goal}  {'ok' if t.ok else 'FAIL'}"
                   for t in self.targets]
         return "\n".join(lines)
+
+
+def cpu_flags() -> str:
+    """The CPU's model name and its AMX / AVX512-BF16 flags (what the figures ran on), as
+    `grep -o 'amx[a-z_0-9]*\\|avx512_bf16' /proc/cpuinfo | sort -u` lists them."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return "unknown"
+    model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
+    flags = sorted(set(re.findall(r"\b(amx[a-z_0-9]*|avx512_bf16)\b", text)))
+    return f"{model.group(1) if model else 'unknown'}; flags: {' '.join(flags) or 'none'}"

@@ -31,7 +31,7 @@ from pathlib import Path
 from cosyvoiced.testing.tn_cases import CALL_CENTER, Case, load_cases, matches
 from cosyvoiced.tts.frontend.normalize import normalize_text, use_grammars
 from cosyvoiced.tts.frontend.normalize.grammars import ensure
-from tools.bench.report import Report
+from tools.bench.report import Report, cpu_flags
 from tools.bench.tncost import add_rows, measure
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,13 +46,6 @@ normalize_text("Pay $5 on 12/03/2023.")
 hwm = re.search(r"VmHWM:\\s*(\\d+)", open("/proc/self/status").read())
 print(json.dumps({"load_s": time.perf_counter() - t, "rss_mb": int(hwm.group(1)) / 1024}))
 """
-
-
-def cpu_flags() -> str:
-    text = Path("/proc/cpuinfo").read_text()
-    model = re.search(r"model name\s*:\s*(.*)", text)
-    flags = sorted(set(re.findall(r"\b(amx\w*|avx512_bf16)\b", text)))
-    return f"{model.group(1) if model else '?'}; flags: {' '.join(flags) or 'no amx/avx512_bf16'}"
 
 
 def _score(fn: Callable[[str], str], cases: list[Case]) -> tuple[dict[str, list[int]], float]:

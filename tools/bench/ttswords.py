@@ -32,8 +32,7 @@ from typing import Any
 import numpy as np
 import soxr
 
-from tools.bench.report import Report
-from tools.bench.words import cpu_flags
+from tools.bench.report import Report, cpu_flags
 
 NAMES = ["Maria", "David", "Olivia", "James", "Sophie", "Daniel", "Grace", "Thomas"]
 THINGS = ["order", "claim", "payment", "refund", "appointment", "delivery", "invoice",

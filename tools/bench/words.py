@@ -21,7 +21,6 @@ utterances.
 from __future__ import annotations
 
 import difflib
-import re
 import time
 from pathlib import Path
 from typing import Any
@@ -31,22 +30,11 @@ import soxr
 
 from cosyvoiced.testing.prompts import Prompt, normalizer, prompts
 from tools.bench.asr import Listening
-from tools.bench.report import Report
+from tools.bench.report import Report, cpu_flags
 
 PAD_BEFORE_S = 0.5
 PAD_AFTER_S = 1.0
 RATE_HZ = 8000
-
-
-def cpu_flags() -> str:
-    """The CPU's model name and its AMX / AVX512-BF16 flags (what the figures ran on)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return "unknown"
-    model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
-    flags = sorted(set(re.findall(r"\b(amx[a-z_0-9]*|avx512_bf16)\b", text)))
-    return f"{model.group(1) if model else 'unknown'}; flags: {' '.join(flags) or 'none'}"
 
 
 def clip(p: Prompt) -> np.ndarray:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import numpy as np
-from tools.bench.words import RATE_HZ, cpu_flags, onset_s, paired_deltas
+from tools.bench.report import cpu_flags
+from tools.bench.words import RATE_HZ, onset_s, paired_deltas
 
 from cosyvoiced.listen.events import Word
 
