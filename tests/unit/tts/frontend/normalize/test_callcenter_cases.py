@@ -7,22 +7,11 @@ passes fails the test, so its mark is removed.
 
 from __future__ import annotations
 
-import pytest
-
 from cosyvoiced.testing.tn_cases import load_callcenter, matches
-from cosyvoiced.tts.frontend.normalize import normalize_text, use_grammars
-from cosyvoiced.tts.frontend.normalize.grammars import ensure
+from cosyvoiced.tts.frontend.normalize import normalize_text
 
 GOAL = 0.97
 
-
-@pytest.fixture(scope="module")
-def grammars():
-    directory = ensure()
-    assert directory is not None, "NeMo's English grammars are not built and cannot be"
-    assert use_grammars(directory)
-    yield directory
-    use_grammars(None)
 
 
 def test_callcenter_sentences_read_as_agents_say_them(grammars, capsys):

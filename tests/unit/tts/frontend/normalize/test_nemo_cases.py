@@ -12,20 +12,11 @@ from collections import defaultdict
 import pytest
 
 from cosyvoiced.testing.tn_cases import CALL_CENTER, load_cases, matches
-from cosyvoiced.tts.frontend.normalize import normalize_text, use_grammars
-from cosyvoiced.tts.frontend.normalize.grammars import ensure
+from cosyvoiced.tts.frontend.normalize import normalize_text
 
 CALL_CENTER_GOAL = 0.97
 ALL_GOAL = 0.90
 
-
-@pytest.fixture(scope="module")
-def grammars():
-    directory = ensure()  # built by `make install`; built here (~40 s) where it was not
-    assert directory is not None, "NeMo's English grammars are not built and cannot be"
-    assert use_grammars(directory)
-    yield directory
-    use_grammars(None)
 
 
 def test_nemo_english_cases_per_class(grammars, capsys):

@@ -6,20 +6,9 @@ from __future__ import annotations
 import pytest
 
 from cosyvoiced.tts.errors import BadSsml
-from cosyvoiced.tts.frontend.normalize import use_grammars
 from cosyvoiced.tts.frontend.normalize.en_say_as import CURRENCIES, DATE_FORMATS
-from cosyvoiced.tts.frontend.normalize.grammars import ensure
 from cosyvoiced.tts.frontend.segments import SourceSpan, Speech
 from cosyvoiced.tts.frontend.ssml import INTERPRET_AS, parse_ssml
-
-
-@pytest.fixture(scope="module")
-def grammars():
-    directory = ensure()
-    assert directory is not None, "NeMo's English grammars are not built and cannot be"
-    assert use_grammars(directory)
-    yield directory
-    use_grammars(None)
 
 
 def said(kind: str, text: str, fmt: str = "") -> Speech:
