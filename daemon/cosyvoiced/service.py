@@ -57,8 +57,6 @@ class Daemon:
                                config.workers.streams_reserved_for_calls)
         self.metrics = Metrics()
         self.metrics.on_scrape(self._refresh_metrics)
-        self._restarts_counted = 0
-        self._late_counted = 0
         self.bus = EventBus()
         self.speech: Speech | None = None
         self.audiosocket: AudioSocketServer | None = None
@@ -126,21 +124,7 @@ class Daemon:
         m.stalled_parts.set(len(self.health.check().stalled))
         if self.pool is None:
             return
-        status = self.pool.status()
-        workers = status["workers"]
-        m.workers.set(len(workers))
-        m.workers_up.set(sum(1 for w in workers if w["alive"]))
-        for w in workers:
-            m.worker_busy.labels(str(w["index"])).set(w["busy"])
-            m.worker_ahead.labels(str(w["index"])).set(w["ahead"])
-            m.worker_owed.labels(str(w["index"])).set(w["owed"])
-            m.worker_tts_rtf.labels(str(w["index"])).set(w["rtf"])
-        if status["restarts"] > self._restarts_counted:
-            m.worker_restarts.inc(status["restarts"] - self._restarts_counted)
-            self._restarts_counted = status["restarts"]
-        if status["late_steps"] > self._late_counted:
-            m.tts_late_steps.inc(status["late_steps"] - self._late_counted)
-            self._late_counted = status["late_steps"]
+        m.set_pool(self.pool.status())
 
     # --- lifecycle -----------------------------------------------------------------
 

@@ -7,6 +7,7 @@ worth in one process). Parts update it; `GET /metrics` renders it.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -78,10 +79,29 @@ class Metrics:
                                    "service.health_stall_s: while above 0 the systemd "
                                    "watchdog is not pinged", registry=r)
         self._on_scrape: list[Callable[[Metrics], None]] = []
+        self._counted = {"restarts": 0, "late_steps": 0}
+        """The pool's running totals already added to their counters."""
 
     def on_scrape(self, refresh: Callable[[Metrics], None]) -> None:
         """Call `refresh(self)` before each render (gauges read from live state)."""
         self._on_scrape.append(refresh)
+
+    def set_pool(self, status: Mapping[str, Any]) -> None:
+        """The worker gauges from the pool's status, and its running totals (restarts, late
+        TTS steps) added to their counters by what grew since the last call."""
+        workers = status["workers"]
+        self.workers.set(len(workers))
+        self.workers_up.set(sum(1 for w in workers if w["alive"]))
+        for w in workers:
+            self.worker_busy.labels(str(w["index"])).set(w["busy"])
+            self.worker_ahead.labels(str(w["index"])).set(w["ahead"])
+            self.worker_owed.labels(str(w["index"])).set(w["owed"])
+            self.worker_tts_rtf.labels(str(w["index"])).set(w["rtf"])
+        for key, counter in (("restarts", self.worker_restarts),
+                             ("late_steps", self.tts_late_steps)):
+            if status[key] > self._counted[key]:
+                counter.inc(status[key] - self._counted[key])
+                self._counted[key] = status[key]
 
     def watch_workers(self, figures: Callable[[], Sequence[Mapping[str, float]]]) -> None:
         """Export what the live workers add up to (their `WorkerStats`): queue depth and

@@ -17,19 +17,18 @@ import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import structlog
 
-from cosyvoiced.runtime.onnx import create_session, file_sha256, write_cache_file
+from cosyvoiced.runtime.onnx import create_session, write_cache_file
 from cosyvoiced.tts.voice.flow_precision import FLOW_PAD, pick_flow
 from cosyvoiced.tts.voice.receptive import ReceptiveField, receptive_field
 from cosyvoiced.tts.voice.rewrites import DECODER, DECODER_2D, decoder_rewrite
 from cosyvoiced.tts.voice.seam import (
     FLOW,
     FlowSeam,
-    Seam,
     decoder_seam,
     expose_durations,
     find_flow_seam,
@@ -40,10 +39,17 @@ from cosyvoiced.tts.voice.seam import (
 from cosyvoiced.tts.voice.split import (
     DECODER_CONTEXT,
     FLOW_CONTEXT,
-    SPLIT_TAG,
     SplitVoice,
     chunk_bounds,
     longest_chunk,
+)
+from cosyvoiced.tts.voice.split_cache import (
+    Layout,
+    SplitPaths,
+    read_layout,
+    save_graph,
+    split_paths,
+    write_layout,
 )
 from cosyvoiced.tts.voice.vocoder_precision import decoder_2d, pick_decoder, verdict_path
 
@@ -58,86 +64,6 @@ PROBE_PHONEMES = ("jʊɹ pˈeɪmənt wʌz ɹᵻsˈiːvd ðɪs mˈɔːɹnɪŋ, æ
 PROBE_FIRST_S, PROBE_CHUNK_S = 0.2, 0.5
 """Its chunks: more seams than the engine's (0.2 s then 1 s), so the check is stricter."""
 
-
-
-def _save(model: Any, path: Path) -> bool:
-    """Write `model` to `path` atomically; False (logged) if the cache is unwritable."""
-    import onnx
-
-    return write_cache_file(path, lambda tmp: onnx.save_model(model, tmp), what="tts_split")
-
-
-class SplitPaths(NamedTuple):
-    """Where the split graphs of a voice are cached (`flow` only where the flow is split
-    off: written before the front, so a cached front means its flow is there too)."""
-
-    front: Path
-    flow: Path
-    decoder: Path
-    contexts: Path
-    """The load-time check's verdict on the trimmed contexts (`_trim_contexts`)."""
-    layout: Path
-    """The seams and receptive fields of the cached graphs (`Layout`)."""
-
-
-def split_paths(model_path: str | os.PathLike[str], cache_dir: str | os.PathLike[str]
-                ) -> SplitPaths:
-    """Where the (front, flow, decoder) graphs of `model_path` are cached."""
-    stem = f"{Path(model_path).stem}-{file_sha256(model_path)[:32]}-{SPLIT_TAG}"
-    base = Path(cache_dir) / "onnx"
-    return SplitPaths(*(base / f"{stem}-{part}.onnx" for part in ("front", "flow", "decoder")),
-                      base / f"{stem}-contexts-d{DECODER_CONTEXT}-f{FLOW_CONTEXT}.json",
-                      base / f"{stem}-layout.json")
-
-
-class Layout(NamedTuple):
-    """What a load needs to know of the split graphs besides their sessions."""
-
-    seam: Seam
-    field: ReceptiveField
-    flow_seam: FlowSeam | None
-    flow_field: ReceptiveField | None
-    durations: str | None = None
-    """The front's output of each id's duration in frames (None: it has none)."""
-
-
-def _write_layout(path: Path, layout: Layout) -> bool:
-    import json
-
-    def field(f: ReceptiveField | None) -> list[int] | None:
-        return None if f is None else [f.hop, f.reach_back, f.reach_ahead]
-
-    seam, flow = layout.seam, layout.flow_seam
-    text = json.dumps({
-        "seam": [seam.latent, list(seam.inputs), list(seam.outputs)], "field": field(layout.field),
-        "flow_seam": None if flow is None else [list(flow.inputs), flow.latent],
-        "flow_field": field(layout.flow_field), "durations": layout.durations})
-    return write_cache_file(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"),
-                            what="tts_split")
-
-
-def _read_layout(paths: SplitPaths) -> Layout | None:
-    """The cached layout, or None where it is missing, unreadable or does not fit the
-    cached graphs (a flow graph on disk iff the layout has a flow)."""
-    import json
-
-    try:
-        raw = json.loads(paths.layout.read_text(encoding="utf-8"))
-        latent, inputs, outputs = raw["seam"]
-        seam = Seam(str(latent), tuple(map(str, inputs)), tuple(map(str, outputs)))
-        field = ReceptiveField(*map(int, raw["field"]))
-        flow_seam = flow_field = None
-        if raw["flow_seam"] is not None:
-            flow_inputs, flow_latent = raw["flow_seam"]
-            flow_seam = FlowSeam(tuple(map(str, flow_inputs)), str(flow_latent))
-            flow_field = ReceptiveField(*map(int, raw["flow_field"]))
-        durations = raw.get("durations")
-        durations = None if durations is None else str(durations)
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if (flow_seam is not None) != paths.flow.is_file():
-        return None
-    return Layout(seam, field, flow_seam, flow_field, durations)
 
 
 def _snr_db(ref: np.ndarray, x: np.ndarray) -> float:
@@ -245,9 +171,10 @@ def load_split(model_path: str | os.PathLike[str], *, threads: int = 1,
     contexts where the probe sentence says they join close enough (`_trim_contexts`)."""
     model_path = str(model_path)
     config = str(config_path) if config_path is not None else None
-    paths = split_paths(model_path, cache_dir) if cache_dir is not None else None
+    paths = (split_paths(model_path, cache_dir, (DECODER_CONTEXT, FLOW_CONTEXT))
+             if cache_dir is not None else None)
     cached = paths is not None and paths.front.is_file() and paths.decoder.is_file()
-    layout = _read_layout(paths) if paths is not None and cached else None
+    layout = read_layout(paths) if paths is not None and cached else None
     loaded = ((_load_laid_out(model_path, paths, layout, threads, cache_dir), paths, None)
               if paths is not None and layout is not None else
               _load_graphs(model_path, paths, cached, threads, cache_dir, prefix, flow_prefix))
@@ -320,11 +247,11 @@ def _load_graphs(model_path: str, paths: SplitPaths | None, cached: bool, thread
     kinds = ("front", "flow", "decoder") if flow_seam is not None else ("front", "decoder")
     durations = (expose_durations(models["front"]) if "front" in models
                  else _front_durations(paths))
-    if not cached and paths is not None and not all(_save(models[k], getattr(paths, k))
+    if not cached and paths is not None and not all(save_graph(models[k], getattr(paths, k))
                                                     for k in reversed(kinds)):
         paths = None  # written front last: a cached front means the rest is there
     if paths is not None:
-        _write_layout(paths.layout, Layout(seam, field, flow_seam, flow_field, durations))
+        write_layout(paths.layout, Layout(seam, field, flow_seam, flow_field, durations))
     rewrite = decoder_rewrite(threads)
 
     def session(kind: str) -> Any:

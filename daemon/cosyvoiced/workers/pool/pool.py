@@ -362,21 +362,7 @@ class WorkerPool:
         workers = []
         for slot, load in zip(self.slots, self.loads(), strict=True):
             self.late_steps += slot.late_since_read()
-            p = slot.proc
-            workers.append({
-                "index": slot.index, "pid": p.pid if p else None, "alive": load.alive,
-                "cpus": format_cpu_list(slot.cpus), "busy": round(load.busy, 3),
-                "ahead": round(load.ahead, 3), "owed": round(load.owed, 3),
-                "rtf": round(load.rtf, 4), "vad_window_us": round(load.vad_us, 1),
-                "asr_rtf": round(load.asr_rtf, 4), "speech_share": round(load.speech_share, 3),
-                "listen_cost": round(load.listen_cost(), 4),
-                "streams": load.streams, "speaking": load.speaking,
-                "listening": load.listening, "load": round(load.load(), 3),
-                "tts_capacity": load.tts_capacity(busy_max), "restarts": slot.restarts,
-                "late_steps": int(p.stats.get("late")) if p and p.ready else 0,
-                "heartbeat_age_s": round(now - slot.heartbeat_s(), 3),
-                "threads": p.ready_msg.threads if p and p.ready_msg else None,
-            })
+            workers.append(slot.status(load, busy_max, now))
         return {
             "workers": workers,
             "capacity": {"tts_speaking": sum(w["tts_capacity"] for w in workers),

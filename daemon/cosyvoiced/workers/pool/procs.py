@@ -12,18 +12,22 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.errors import TemplateError
+from cosyvoiced.workers.pool.cpus import format_cpu_list
 from cosyvoiced.workers.pool.handles import StreamHandle
 from cosyvoiced.workers.pool.template import WorkerTemplate
 from cosyvoiced.workers.setup import WorkerSetup
 from cosyvoiced.workers.stats import WorkerStats
 from cosyvoiced.workers.worker.affinity import starting_pinned, thread_env
 from cosyvoiced.workers.worker.entry import worker_main
+
+if TYPE_CHECKING:
+    from cosyvoiced.workers.pool.admission import WorkerLoad
 
 log = structlog.get_logger(__name__)
 
@@ -146,6 +150,24 @@ class Slot:
         pid, seen = self._late_read
         self._late_read = (proc.pid, late)
         return late - seen if pid == proc.pid else late
+
+    def status(self, load: WorkerLoad, busy_max: float, now: float) -> dict[str, Any]:
+        """This worker's row of the pool's status, from its measured `load`."""
+        p = self.proc
+        return {
+            "index": self.index, "pid": p.pid if p else None, "alive": load.alive,
+            "cpus": format_cpu_list(self.cpus), "busy": round(load.busy, 3),
+            "ahead": round(load.ahead, 3), "owed": round(load.owed, 3),
+            "rtf": round(load.rtf, 4), "vad_window_us": round(load.vad_us, 1),
+            "asr_rtf": round(load.asr_rtf, 4), "speech_share": round(load.speech_share, 3),
+            "listen_cost": round(load.listen_cost(), 4),
+            "streams": load.streams, "speaking": load.speaking,
+            "listening": load.listening, "load": round(load.load(), 3),
+            "tts_capacity": load.tts_capacity(busy_max), "restarts": self.restarts,
+            "late_steps": int(p.stats.get("late")) if p and p.ready else 0,
+            "heartbeat_age_s": round(now - self.heartbeat_s(), 3),
+            "threads": p.ready_msg.threads if p and p.ready_msg else None,
+        }
 
     def heartbeat_s(self) -> float:
         """Health probe: the live worker's last loop turn, else when it went missing."""

@@ -250,7 +250,8 @@ def test_trimmed_contexts_are_checked_at_load_and_dropped_where_they_join_badly(
         [event] = [e for e in logs if e["event"] == "tts_split_context"]
         assert event["context"] == "full" and event["trimmed_snr_db"] < MIN_JOIN_SNR_DB
         assert event["decoder"] == (voice.field.left, voice.field.right)
-    assert json.loads(split_paths(VOICE, cache).contexts.read_text(encoding="utf-8")) == [
+    judged = (split_module.DECODER_CONTEXT, split_module.FLOW_CONTEXT)
+    assert json.loads(split_paths(VOICE, cache, judged).contexts.read_text(encoding="utf-8")) == [
         False, event["trimmed_snr_db"]]
 
 

@@ -84,9 +84,11 @@ def test_a_layout_that_cannot_be_read_is_read_again_from_the_graphs(first, cache
 
 
 def test_an_unwritable_cache_loads_from_the_graphs_in_memory(first, tmp_path, monkeypatch):
+    import cosyvoiced.tts.voice.split_cache as split_cache
     import cosyvoiced.tts.voice.split_load as split_module
 
-    monkeypatch.setattr(split_module, "write_cache_file", lambda *a, **k: False)
+    for module in (split_cache, split_module):  # graphs and layout; the contexts' verdict
+        monkeypatch.setattr(module, "write_cache_file", lambda *a, **k: False)
     voice = load_split(VOICE, threads=1, cache_dir=tmp_path)
     assert voice is not None and not split_paths(VOICE, tmp_path).layout.exists()
     for name in LAID_OUT:
