@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 __all__ = ["BargeIn", "CallEnded", "CallStarted", "DtmfPressed", "Event", "EventBus",
-           "PlaybackDone", "PlaybackStarted", "Subscription", "Transcript", "VoiceStarted",
+           "HeardWord", "PlaybackDone", "PlaybackStarted", "Subscription", "Transcript", "VoiceStarted",
            "VoiceStopped", "Word"]
 
 
@@ -148,17 +148,44 @@ class PlaybackStarted:
 
 
 @dataclass(frozen=True, slots=True)
+class HeardWord:
+    """A word of a say whose audio reached the caller (`serve/audiosocket/heard.py`)."""
+
+    text: str
+    """As written in the say's text (`text[char_start:char_end]`)."""
+    char_start: int
+    char_end: int
+    start_s: float
+    """Seconds into the say's audio."""
+    end_s: float
+    partial: bool = False
+    """Cut: its audio was still going out when the say stopped."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "char_start": self.char_start, "char_end": self.char_end,
+                "start": round(self.start_s, 3), "end": round(self.end_s, 3),
+                "partial": self.partial}
+
+
+@dataclass(frozen=True, slots=True)
 class PlaybackDone:
     """`say_id` stopped playing; `reason`: done (all of it was sent), barge_in, stopped,
-    replaced (by a newer say), ended (the call ended), error."""
+    replaced (by a newer say), ended (the call ended), error. With what the caller heard
+    of it: `heard_s` seconds of its audio went out, carrying `words`; `unspoken` is the
+    say's text from where the caller stopped hearing it ("" when all of it was)."""
 
     type: ClassVar[str] = "playback_done"
     say_id: str
     reason: str
     stream: str = ""
+    heard_s: float = 0.0
+    words: tuple[HeardWord, ...] = ()
+    unspoken: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"type": self.type, **asdict(self)}
+        return {"type": self.type, "say_id": self.say_id, "reason": self.reason,
+                "stream": self.stream, "heard_s": round(self.heard_s, 3),
+                "words": [w.to_dict() for w in self.words], "unspoken": self.unspoken}
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ clock has let go of it (the hangup at the end), under the call's send lock.
 Caller audio goes to the listener at 8 kHz (slin) or 16 kHz (every other rate, resampled
 here with soxr); a call that began in slin keeps its 8 kHz listener after a switch.
 `barge_in`, `call_started` and `call_ended` go on the event bus (SSE, WebSocket), with
-each say's playback events.
+each say's playback events (`playback_done` with the words the caller heard: `heard.py`).
 """
 
 from __future__ import annotations
@@ -181,10 +181,11 @@ class Call:
         """The id of what is being said now ("" if nothing)."""
         return self.speaker.say_id
 
-    async def say(self, text: str) -> str:
-        """Replace whatever is being said with `text` (typed errors raised here); returns
-        the id its `playback_started` and `playback_done` events carry."""
-        return await self.speaker.say(text)
+    async def say(self, text: str, speed: float | None = None) -> str:
+        """Replace whatever is being said with `text` (typed errors raised here) at
+        `speed` (None: the voice's own); returns the id its `playback_started` and
+        `playback_done` events carry (the latter with what the caller heard of it)."""
+        return await self.speaker.say(text, speed)
 
     def stop_speaking(self, reason: str = "stopped") -> None:
         """Cancel synthesis and drop buffered speech: the next tick sends silence (or

@@ -5,7 +5,8 @@ Speech is synthesized at the call's rate where the synthesizer offers it (8, 16,
 its first audio enters the playout (it goes out on the next 20 ms tick), then exactly one
 `playback_done` saying why it ended. When the call adopts its caller's format (`adopt`),
 the playout moves to it (`playout.py`), what is being said goes on, resampled as it
-comes, and later says are synthesized for the new rate.
+comes, and later says are synthesized for the new rate. Each say is synthesized with its
+words' times, and its `playback_done` tells what the caller heard of it (`heard.py`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from cosyvoiced.audio.resample import SUPPORTED_RATES_HZ, StreamResampler
 from cosyvoiced.config.listeners import AudioSocketConfig
 from cosyvoiced.listen.events import EventBus, PlaybackDone, PlaybackStarted
 from cosyvoiced.serve.audiosocket.clock import TICK_S
+from cosyvoiced.serve.audiosocket.heard import SayLedger, heard_words
 from cosyvoiced.serve.audiosocket.playout import Playout, resample_once
 from cosyvoiced.serve.speech import Speech, Synthesis
 from cosyvoiced.tts.request import SynthesisOptions
@@ -46,7 +48,7 @@ class Speaker:
         self._send_lock = send_lock
         self._underruns = 0
         """Underruns of playouts the call switched away from."""
-        self._speaking: tuple[str, Synthesis, asyncio.Task[None]] | None = None
+        self._speaking: tuple[str, Synthesis, asyncio.Task[None], SayLedger] | None = None
 
     @property
     def rate_hz(self) -> int:
@@ -70,21 +72,29 @@ class Speaker:
         (the clock, kept off by the send lock meanwhile, sends from that one next)."""
         with self._send_lock:
             old = self.out
+            ledger = self._speaking[3] if self._speaking is not None else None
+            sent_s = ledger.sent_s() if ledger is not None else 0.0
             self.out = old.moved(kind, self.config.playout_ms)
+            if ledger is not None:
+                ledger.moved(sent_s, self.out.ring, self.out.rate_hz)
         self._underruns += old.ring.stats().underruns
         old.close()
 
-    async def say(self, text: str) -> str:
-        """Replace whatever is being said with `text` (typed errors raised here); returns
-        the id its `playback_started` and `playback_done` events carry."""
+    async def say(self, text: str, speed: float | None = None) -> str:
+        """Replace whatever is being said with `text` (typed errors raised here), at
+        `speed` (a multiple of the voice's rate; None: its own); returns the id its
+        `playback_started` and `playback_done` events carry."""
         rate = self.rate_hz if self.rate_hz in SUPPORTED_RATES_HZ else FALLBACK_SYNTH_RATE_HZ
         options = SynthesisOptions(voice=self.config.voice or None, rate_hz=rate,
-                                   format="s16le")
+                                   format="s16le", words=True,
+                                   length_scale=1.0 / speed if speed else None)
         synthesis = await self.speech.synthesize(text, options, self.call_id)
         self.stop("replaced")
         say_id = uuid.uuid4().hex
-        task = asyncio.create_task(self._feed(say_id, synthesis, rate))
-        self._speaking = (say_id, synthesis, task)
+        ledger = SayLedger(text)
+        ledger.begin(self.out.ring, self.rate_hz)
+        task = asyncio.create_task(self._feed(say_id, synthesis, rate, ledger))
+        self._speaking = (say_id, synthesis, task, ledger)
         return say_id
 
     async def _write(self, pcm: np.ndarray, rate_hz: int) -> None:
@@ -101,7 +111,8 @@ class Speaker:
             if done < pcm.shape[0]:
                 await asyncio.sleep(TICK_S / 2)
 
-    async def _feed(self, say_id: str, synthesis: Synthesis, synth_rate: int) -> None:
+    async def _feed(self, say_id: str, synthesis: Synthesis, synth_rate: int,
+                    ledger: SayLedger) -> None:
         """Write speech into the playout ring as it comes (resampled to the call's rate if
         it was synthesized at another), then wait for the ring to drain. The ring counts
         an underrun for each tick it comes up short between the first chunk and the last
@@ -113,6 +124,7 @@ class Speaker:
         logged = False
         try:
             async for chunk in synthesis:
+                ledger.words.extend(chunk.words)
                 pcm, rate = np.frombuffer(chunk.data, dtype=np.int16), synth_rate
                 if rs is not None and rs.out_rate_hz != self.rate_hz:  # switched format
                     await self._write(rs.flush(), rs.out_rate_hz)
@@ -141,19 +153,28 @@ class Speaker:
         finally:
             if self._speaking is not None and self._speaking[2] is asyncio.current_task():
                 self._speaking = None
-                self.bus.publish(PlaybackDone(say_id, reason, stream=self.call_id))
+                with self._send_lock:
+                    heard_s = ledger.sent_s()
+                self._done(say_id, reason, ledger, heard_s)
 
     def stop(self, reason: str = "stopped") -> None:
         """Cancel synthesis and drop buffered speech: the next tick sends silence (or
-        nothing). What was being said ends with `playback_done` (`reason`)."""
-        if self._speaking is not None:
-            say_id, synthesis, task = self._speaking
-            self._speaking = None
+        nothing). What was being said ends with `playback_done` (`reason`), telling what
+        of it went out before the flush."""
+        with self._send_lock:  # counted and flushed between two ticks: exactly what went
+            speaking, self._speaking = self._speaking, None
+            heard_s = speaking[3].sent_s() if speaking is not None else 0.0
+            self.out.ring.request_flush()
+            self.out.ring.set_playing(False)
+        if speaking is not None:
+            say_id, synthesis, task, ledger = speaking
             synthesis.cancel()
             task.cancel()
-            self.bus.publish(PlaybackDone(say_id, reason, stream=self.call_id))
-        self.out.ring.request_flush()
-        self.out.ring.set_playing(False)
+            self._done(say_id, reason, ledger, heard_s)
+
+    def _done(self, say_id: str, reason: str, ledger: SayLedger, heard_s: float) -> None:
+        words, unspoken = heard_words(ledger.words, ledger.text, heard_s, reason == "done")
+        self.bus.publish(PlaybackDone(say_id, reason, self.call_id, heard_s, words, unspoken))
 
     def close(self) -> None:
         self.out.close()

@@ -1,4 +1,5 @@
-"""Live calls: `POST /v1/calls/{id}/say` speaks into a call (and returns the say's id),
+"""Live calls: `POST /v1/calls/{id}/say` speaks into a call (`{"text", "speed"?}`; returns
+the say's id; its `playback_done` event tells which words the caller heard),
 `.../stop` flushes it, `.../hangup` ends it; `GET /v1/calls/events` is a WebSocket of the
 calls' events (the same events `GET /v1/events` carries as server-sent events).
 """
@@ -17,6 +18,7 @@ from cosyvoiced.serve.http.errors import read_json
 from cosyvoiced.serve.http.transcribe import websocket_required
 from cosyvoiced.serve.speech import Unavailable
 from cosyvoiced.tts.errors import TtsError
+from cosyvoiced.tts.request import SPEED_RANGE
 
 HANGUP_WAIT_S = 5.0
 """`POST .../hangup` answers once the call is torn down (or after this)."""
@@ -58,8 +60,13 @@ class CallRoutes:
         text = body.get("text")
         if not isinstance(text, str):
             raise api_error("missing_field", "'text' (a string) is required")
+        speed = body.get("speed")
+        if speed is not None and (isinstance(speed, bool) or not isinstance(speed, int | float)
+                                  or not SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]):
+            raise api_error("bad_parameter", "speed must be a number within "
+                            f"[{SPEED_RANGE[0]}, {SPEED_RANGE[1]}]")
         try:
-            say_id = await call.say(text)
+            say_id = await call.say(text, float(speed) if speed is not None else None)
         except (TtsError, Unavailable) as exc:
             raise as_api_error(exc) from None
         return web.json_response({"call": call.id, "id": say_id, "speaking": True},
