@@ -52,7 +52,7 @@ def measure(rounds: int = 3) -> dict[str, dict[str, float]]:
             for mode in ("grammars", "rules"):
                 use_grammars(directory if mode == "grammars" else None)
                 for reader in _LOADED.values():
-                    reader.window.__self__._cache.clear()  # type: ignore[attr-defined]
+                    reader.window.__self__.clear()  # type: ignore[attr-defined]
                 t0 = time.perf_counter()
                 first = None
                 audio_s = 0.0

@@ -68,11 +68,10 @@ def grammar_reading(written: str) -> str | None:
     return _GRAMMAR_WINDOW[0](written) if _GRAMMAR_WINDOW else None
 
 
-def use_grammars(directory: str | Path | None, cut_dir: str | Path | None = None) -> bool:
+def use_grammars(directory: str | Path | None) -> bool:
     """English read by NeMo's grammars built in `directory` (`grammars.grammar_dir`), or
     by the rules where None or unusable (logged); True when the grammars are in use.
-    Process-wide: a worker template loads them once for the workers it forks. Tagger cuts
-    made at run time are kept in `cut_dir` (see `en_fst`)."""
+    Process-wide: a worker template loads them once for the workers it forks."""
     from cosyvoiced.tts.frontend.normalize.en_fst import EnglishGrammars, GrammarError
 
     _GRAMMAR_WINDOW.clear()
@@ -82,7 +81,7 @@ def use_grammars(directory: str | Path | None, cut_dir: str | Path | None = None
     key = str(Path(directory).resolve())
     if key not in _LOADED:
         try:
-            grammars = EnglishGrammars(directory, cut_dir)
+            grammars = EnglishGrammars(directory)
         except GrammarError as exc:
             log.warning("tn_grammars_unusable", path=str(directory), error=str(exc))
             _REGISTRY["en"] = RULES_READER.pieces
@@ -107,7 +106,7 @@ def load_grammars(cache_dir: str | Path | None = None) -> bool:
     install's; `grammars.ensure` builds them before the workers start), or by the rules
     where there are none (logged: `tn_grammars_missing`). True when the grammars are in
     use."""
-    from cosyvoiced.tts.frontend.normalize.grammars import cut_dir, find, grammar_dir
+    from cosyvoiced.tts.frontend.normalize.grammars import find, grammar_dir
 
     directory = find(cache_dir)
     if directory is None:
@@ -115,7 +114,7 @@ def load_grammars(cache_dir: str | Path | None = None) -> bool:
                     hint="English is read by the hand-written rules")
         return use_grammars(None)
     t0 = time.monotonic()
-    ok = use_grammars(directory, cut_dir(cache_dir) if cache_dir is not None else None)
+    ok = use_grammars(directory)
     if ok:
         log.info("tn_grammars_loaded", path=str(directory),
                  seconds=round(time.monotonic() - t0, 3))

@@ -1,62 +1,35 @@
 """NeMo's English grammars applied with kaldifst: written text to words, no pynini.
 
-The grammars are built once (`grammar_build`, ~35 s) into a directory of arcsorted
-OpenFst files; this module reads them (~0.2 s, ~45 MB) and runs NeMo's pipeline: the
-tagger composed with the input's bytes (shortest path), NeMo's token parser and field
-reorderings (`tagged`), the verbalizer, then the post-processing graph. The cost is the
-compose with the 7.5 MB tagger (161k states, 138k of its arcs read no input), so callers
-hand it short windows (`en_read`), each window's reading is kept in an LRU cache, and
-the tagger is first cut down to the arcs that read bytes the window holds (its
-*alphabet*: digits, lower-case and upper-case letters each as a group, any other byte
-alone): a compose of the tagger with a one-state filter, trimmed, that leaves 4-17% of
-the states and makes a window's compose 2-10x cheaper. The paths that read the window
-are the same in both, so is the reading. A cut costs ~15-30 ms to make: the build makes
-those of common call-center windows (`cuts/` beside the grammars), and one made at run
-time is kept in memory (LRU) and written to `cut_dir` (the daemon's cache dir), where
-the next start, and the other workers, find it.
+The grammars are built once (`grammar_build`, ~40 s) into a directory of OpenFst files;
+this module reads them (~0.2 s, ~45 MB) and runs NeMo's pipeline: the tagger composed
+with the input's bytes (shortest path), NeMo's token parser and field reorderings
+(`tagged`), the verbalizer, then the post-processing graph. The cost is the compose with
+the tagger, and in NeMo's tagger most of it was walking the chains of arcs that read
+nothing and write one byte of the tagged form each (`tokens { money { integer_part: "`):
+138k of its 345k arcs. The build folds each such chain into one arc that writes the
+whole string (`grammar_build.fold_chains`; the strings are in `tagger_strings.json`),
+which leaves 74k of 161k states and makes a compose ~5x cheaper (~1.6 ms for a window
+here) with the same readings. Callers hand it short windows (`en_read`), and each
+window's reading is kept in an LRU cache.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
 
-import structlog
-
 from cosyvoiced.tts.errors import TtsError
 from cosyvoiced.tts.frontend.normalize.tagged import TokenParser, permutations, split_tokens
-
-log = structlog.get_logger(__name__)
 
 _SPACES = re.compile(r" {2,}")
 CACHE_ENTRIES = 4096
 """Windows remembered per process (a window is a few tokens: a few hundred KB in all)."""
-ALPHABETS = 64
-"""Cut-down taggers kept in memory per process (~0.2-1.5 MB each: at most ~40 MB)."""
-MAX_CUT_FILES = 1024
-"""Cut-down taggers written to `cut_dir` at most (then made in memory only)."""
-COMMON_WINDOWS = (
-    "42", "1,250", "3.5", "$1,234.56", "$5", "25%", "12/03/2023", "2024-11-29", "5:30 PM",
-    "10:00 a.m.", "8 AM", "March 14, 2024", "Jan. 5", "21st", "5 kg", "#5", "1-800",
-    "(555) 123", "john.doe@example.com", "www.example.com/help", "Dr.", "3-5", "A1",
-    "100 million", "$5M", "72°F", "½")
-"""Windows whose alphabets the build cuts in advance."""
-DIGITS, LOWER, UPPER = range(48, 58), range(97, 123), range(65, 91)
-
-
-def alphabet(data: bytes) -> tuple[int, ...]:
-    """The bytes a tagger cut for `data` keeps: those of `data`, each of digits, lower-
-    and upper-case letters as a whole group where one of them is there."""
-    seen = set(data)
-    for group in (DIGITS, LOWER, UPPER):
-        if not seen.isdisjoint(group):
-            seen.update(group)
-    return tuple(sorted(seen))
+FIRST_STRING = 256
+"""The tagger's output labels from here on are strings (`tagger_strings.json`); below,
+bytes."""
 
 
 class GrammarError(TtsError):
@@ -67,7 +40,7 @@ class GrammarError(TtsError):
 class EnglishGrammars:
     """The three FSTs of one build, and a cache of the windows they read."""
 
-    def __init__(self, directory: str | Path, cut_dir: str | Path | None = None) -> None:
+    def __init__(self, directory: str | Path) -> None:
         try:
             import kaldifst
         except ImportError as exc:  # pragma: no cover - a dependency of the package
@@ -75,18 +48,20 @@ class EnglishGrammars:
         d = Path(directory)
         try:
             self._kf = kaldifst
-            self._tagger = kaldifst.StdVectorFst.read(str(d / "tagger.fst"))
+            # const: its arcs in one array, ~10% faster to compose with than a vector FST
+            self._tagger = kaldifst.StdConstFst(kaldifst.StdVectorFst.read(str(d / "tagger.fst")))
+            strings = json.loads((d / "tagger_strings.json").read_text(encoding="utf-8"))
             self._verbalizer = kaldifst.TextNormalizer(str(d / "verbalizer.fst"))
             self._post = kaldifst.TextNormalizer(str(d / "post.fst"))
             self.words = frozenset(json.loads((d / "words.json").read_text()))
         except (RuntimeError, OSError, ValueError) as exc:
             raise GrammarError(f"{d}: {exc}") from None
         """The whitelist's written forms ("Dr.", "Mrs."): words the tagger reads."""
+        self._labels = [bytes([b]) for b in range(FIRST_STRING)]
+        self._labels[0] = b""
+        self._labels += [s.encode("latin-1") for s in strings]  # bytes, one a char
         self.directory = d
-        self.cut_dir = Path(cut_dir) if cut_dir is not None else None
-        """Where cuts made at run time are written (None: memory only)."""
         self._cache: OrderedDict[str, str] = OrderedDict()
-        self._cut: OrderedDict[tuple[int, ...], object] = OrderedDict()
         self._lock = threading.Lock()
 
     def normalize(self, text: str) -> str:
@@ -107,60 +82,21 @@ class EnglishGrammars:
                 self._cache.popitem(last=False)
         return out
 
-    def _cut_tagger(self, letters: tuple[int, ...]) -> object:
-        """The tagger cut down to `letters` (built once per alphabet, LRU)."""
+    def clear(self) -> None:
+        """Forget every window read (the bench's first pass)."""
         with self._lock:
-            hit = self._cut.get(letters)
-            if hit is not None:
-                self._cut.move_to_end(letters)
-                return hit
-        kf = self._kf
-        name = hashlib.sha1(bytes(letters)).hexdigest()[:20] + ".fst"
-        cut = None
-        for where in (self.directory / "cuts", self.cut_dir):
-            if where is not None and (where / name).is_file():
-                try:
-                    cut = kf.StdVectorFst.read(str(where / name))
-                    break
-                except RuntimeError:  # a torn or foreign file: made again below
-                    cut = None
-        if cut is None:
-            only = kf.compile("".join(f"0 0 {b} {b}\n" for b in letters) + "0\n",
-                              acceptor=False)
-            kf.arcsort(only, "olabel")
-            cut = kf.compose(only, self._tagger, connect=True)
-            kf.arcsort(cut, "ilabel")
-            self._keep(cut, name)
-        with self._lock:
-            self._cut[letters] = cut
-            if len(self._cut) > ALPHABETS:
-                self._cut.popitem(last=False)
-        return cut
-
-    def _keep(self, cut: object, name: str) -> None:
-        """A cut made here written to `cut_dir` (atomically; best effort)."""
-        if self.cut_dir is None:
-            return
-        try:
-            self.cut_dir.mkdir(parents=True, exist_ok=True)
-            if sum(1 for _ in self.cut_dir.glob("*.fst")) >= MAX_CUT_FILES:
-                return
-            tmp = self.cut_dir / f".{name}.{os.getpid()}.tmp"
-            cut.write(str(tmp))  # type: ignore[attr-defined]
-            os.replace(tmp, self.cut_dir / name)
-        except (OSError, RuntimeError) as exc:
-            log.warning("tn_cut_not_kept", path=str(self.cut_dir), error=str(exc))
+            self._cache.clear()
 
     def tag(self, text: str) -> str:
         """The tagger's reading of `text` (NeMo's tagged tokens), "" where none."""
         kf = self._kf
-        data = text.encode("utf-8")
-        lattice = kf.compose(kf.make_linear_acceptor(list(data)),
-                             self._cut_tagger(alphabet(data)), connect=True)
+        lattice = kf.compose(kf.make_linear_acceptor(list(text.encode("utf-8"))),
+                             self._tagger, compose_filter="auto", connect=True)
         ok, _, olabels, _ = kf.get_linear_symbol_sequence(kf.shortest_path(lattice, 1))
         if not ok:
             return ""
-        return bytes(b for b in olabels if b).decode("utf-8", "replace")
+        labels = self._labels
+        return b"".join([labels[b] for b in olabels]).decode("utf-8", "replace").strip()
 
     def _normalize(self, text: str) -> str:
         tagged = self.tag(text)
@@ -184,11 +120,3 @@ class EnglishGrammars:
             return text
         output = _SPACES.sub(" ", output[1:]).strip()
         return (self._post(output) or output) if output else output
-
-
-def precut(directory: str | Path) -> None:
-    """Cut the tagger in `directory` for the alphabets of `COMMON_WINDOWS` (written to
-    its `cuts/`): what the build does last."""
-    grammars = EnglishGrammars(directory, cut_dir=Path(directory) / "cuts")
-    for window in COMMON_WINDOWS:
-        grammars.tag(window)

@@ -54,11 +54,6 @@ def grammar_dir(cache_dir: str | Path | None) -> Path:
     return (Path(cache_dir) / "tn" if cache_dir is not None else INSTALLED) / grammar_key()
 
 
-def cut_dir(cache_dir: str | Path) -> Path:
-    """Where tagger cuts made at run time are kept (`en_fst`)."""
-    return grammar_dir(cache_dir) / "cuts"
-
-
 def find(cache_dir: str | Path | None = None) -> Path | None:
     """The built grammars: under `cache_dir` first, else the install's; None if neither."""
     for directory in (grammar_dir(cache_dir), grammar_dir(None)):
