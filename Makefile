@@ -8,9 +8,11 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # System packages: libasound (the ctypes ALSA binding; -dev names it on every release), the ALSA pulse plugin and PulseAudio
 # (paced test devices), real telephone speech with transcripts, systemd tools, espeak-ng
-# (German and Spanish speech for the multilingual ASR tests).
+# (German and Spanish speech for the multilingual ASR tests), chromium (the web console's
+# tests drive it headless through Playwright, the `test` extra).
 APT_PACKAGES := build-essential python3-dev python3-venv libasound2-dev libasound2-plugins alsa-utils \
-	pulseaudio asterisk-core-sounds-en-wav asterisk-core-sounds-en systemd haproxy prometheus espeak-ng
+	pulseaudio asterisk-core-sounds-en-wav asterisk-core-sounds-en systemd haproxy prometheus espeak-ng \
+	chromium
 
 .PHONY: run test install install-test lint bench clean install-system whisper-base int8
 

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 import structlog
 from aiohttp import web
 
-from cosyvoiced.config.listeners import OpenAIConfig
+from cosyvoiced.config.listeners import ApiConfig, OpenAIConfig
 from cosyvoiced.listen.events import EventBus
 from cosyvoiced.runtime.metrics import CONTENT_TYPE, Metrics
 from cosyvoiced.serve.agent import Capacity
@@ -18,6 +18,7 @@ from cosyvoiced.serve.audiosocket.server import AudioSocketServer
 from cosyvoiced.serve.devices import Devices
 from cosyvoiced.serve.errors import status_for, status_of
 from cosyvoiced.serve.http.calls import CallRoutes
+from cosyvoiced.serve.http.console.routes import ConsoleRoutes, is_console_path
 from cosyvoiced.serve.http.errors import REQUEST_TIMEOUT, ApiError
 from cosyvoiced.serve.http.openai import OpenAIRoutes
 from cosyvoiced.serve.http.play import PlayRoutes
@@ -90,7 +91,8 @@ def bearer_auth(token: str) -> Any:
 
     @web.middleware
     async def check(request: web.Request, handler: Any) -> web.StreamResponse:
-        if over_tcp(request) and request.path not in OPEN_PATHS:
+        if over_tcp(request) and request.path not in OPEN_PATHS \
+                and not is_console_path(request.path):  # the page shows its own login
             # back to the bytes sent: a header that is not UTF-8 arrives with surrogates
             got = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(got, expected):
@@ -119,6 +121,8 @@ def make_app(daemon: DaemonView, token: str = "",
     devices = getattr(daemon, "devices", None)  # views without local devices omit it
     if devices is not None:
         PlayRoutes(devices).add_to(app)
+    ConsoleRoutes.make(lambda: getattr(getattr(daemon, "config", None), "api",
+                                       ApiConfig()).console).add_to(app)
 
     @routes.get("/healthz")
     async def healthz(_request: web.Request) -> web.Response:

@@ -1,0 +1,49 @@
+// The console's entry: sign in when the API asks for a token, then the panels.
+import { ApiError, getJson, onUnauthorized, setToken, token } from "./api.js";
+import { SpeakPanel } from "./speak.js";
+import { StatusPanel } from "./status.js";
+
+const $ = (id) => document.getElementById(id);
+let speak = null, status = null;
+
+function showLogin(refused) {
+  $("panels").hidden = true;
+  $("login").hidden = false;
+  $("signout").hidden = true;
+  if (status) clearTimeout(status.timer);
+  const notice = $("notice");
+  notice.hidden = !refused;
+  notice.textContent = refused && token() ? "That token was refused." : "Sign in to use the API.";
+  $("token").focus();
+}
+
+async function start() {
+  try {
+    await getJson("/v1/status"); // refused without the token it needs
+  } catch (err) {
+    if (err instanceof ApiError && err.status === 401) return; // the login is shown
+    $("notice").hidden = false;
+    $("notice").textContent = `The daemon did not answer: ${err.message}`;
+    setTimeout(start, 3000);
+    return;
+  }
+  $("notice").hidden = true;
+  $("login").hidden = true;
+  $("panels").hidden = false;
+  $("signout").hidden = !token();
+  speak ||= new SpeakPanel();
+  status ||= new StatusPanel();
+  speak.loadVoices().catch((err) => speak.message(`No voice list: ${err.message}`, true));
+  status.poll();
+  document.body.dataset.ready = "1";
+}
+
+onUnauthorized(() => showLogin(true));
+$("login-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  setToken($("token").value.trim());
+  $("token").value = "";
+  start();
+});
+$("signout").addEventListener("click", () => { setToken(""); showLogin(false); });
+start();

@@ -1,0 +1,99 @@
+// The Status panel: the daemon's own JSON status, /readyz and /metrics, polled while the
+// page is visible, with the last minutes plotted.
+import { call, getJson } from "./api.js";
+import { Plot } from "./plot.js";
+
+export const POLL_MS = 3000;
+const KEEP = 100; // 5 minutes of polls
+const $ = (id) => document.getElementById(id);
+
+/** Prometheus text as {name: [{labels, value}]} (comments skipped). */
+export function parseMetrics(text) {
+  const out = {};
+  for (const line of text.split("\n")) {
+    const m = /^([a-zA-Z_:][\w:]*)(?:\{([^}]*)\})?\s+(\S+)/.exec(line);
+    if (!m) continue;
+    const labels = Object.fromEntries([...(m[2] || "").matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)]
+      .map((x) => [x[1], x[2]]));
+    (out[m[1]] ||= []).push({ labels, value: Number(m[3]) });
+  }
+  return out;
+}
+
+const sum = (metrics, name) => (metrics[name] || []).reduce((a, s) => a + s.value, 0);
+
+/** The 95th percentile of what a histogram counted between two scrapes (null: nothing). */
+export function p95(before, after, name) {
+  const counts = (m) => Object.fromEntries((m[`${name}_bucket`] || []).map((s) => [s.labels.le, s.value]));
+  const a = counts(before), b = counts(after);
+  const les = Object.keys(b).sort((x, y) => Number(x) - Number(y));
+  const total = (b["+Inf"] || 0) - (a["+Inf"] || 0);
+  if (total <= 0) return null;
+  for (const le of les) if ((b[le] || 0) - (a[le] || 0) >= 0.95 * total) return Number(le);
+  return null;
+}
+
+export class StatusPanel {
+  constructor() {
+    this.plots = {
+      capacity: new Plot($("plot-capacity"), { keep: KEEP, max: 100 }),
+      streams: new Plot($("plot-streams"), { keep: KEEP }),
+      first: new Plot($("plot-first"), { keep: KEEP }),
+    };
+    this.metrics = null;
+    this.timer = null;
+    document.addEventListener("visibilitychange", () => this.schedule(0));
+  }
+
+  schedule(ms = POLL_MS) {
+    clearTimeout(this.timer);
+    if (!document.hidden) this.timer = setTimeout(() => this.poll(), ms);
+  }
+
+  async poll() {
+    try {
+      const [status, ready, text] = await Promise.all([
+        getJson("/v1/status"),
+        call("/readyz").catch((err) => err), // 503 while starting, draining or full
+        call("/metrics").then((r) => r.text()),
+      ]);
+      const cap = ready instanceof Response ? await ready.json() : null;
+      this.show(status, cap, parseMetrics(text));
+      $("status-msg").textContent = "";
+      $("status-msg").classList.remove("error");
+    } catch (err) {
+      if (err.status === 401) return; // the login is shown; polling starts again after it
+      $("status-msg").textContent = `Status unavailable: ${err.message}`;
+      $("status-msg").classList.add("error");
+    }
+    this.schedule();
+  }
+
+  show(status, cap, metrics) {
+    const workers = status.workers;
+    const list = (workers && workers.workers) || [];
+    $("st-state").textContent = status.state;
+    $("st-version").textContent = status.version;
+    $("st-workers").textContent = workers
+      ? `${list.filter((w) => w.alive).length}/${list.length} up, restarts ${workers.restarts}` : "none";
+    $("st-capacity").textContent = cap
+      ? `${cap.weight_percent}% spare, ${cap.max_calls} calls max` : "not ready";
+    $("st-capacity").title = cap ? cap.agent : "";
+    $("st-streams").textContent = `${status.streams.active}/${status.streams.max}`;
+    const engines = [...new Set(list.map((w) => w.engine).filter(Boolean))];
+    $("st-engine").textContent = engines.length ? engines.join(", ") : "not reported";
+    $("st-xruns").textContent = `${sum(metrics, "cosyvoiced_xruns_total")} / ` +
+      `${sum(metrics, "cosyvoiced_underruns_total")}`;
+    $("st-refused").textContent = String(sum(metrics, "cosyvoiced_admissions_refused_total"));
+    const spare = cap ? cap.weight_percent : 0;
+    const first = this.metrics ? p95(this.metrics, metrics, "cosyvoiced_tts_first_audio_seconds") : null;
+    this.metrics = metrics;
+    this.plots.capacity.add(spare);
+    this.plots.streams.add(status.streams.active);
+    this.plots.first.add(first === null ? null : first * 1000);
+    $("plot-capacity-now").textContent = `(${spare}%)`;
+    $("plot-streams-now").textContent = `(${status.streams.active})`;
+    $("plot-first-now").textContent = first === null ? "" : `(≤ ${Math.round(first * 1000)})`;
+    $("status").dataset.polls = String(Number($("status").dataset.polls || 0) + 1);
+  }
+}

@@ -1,0 +1,151 @@
+"""The web console in headless Chromium (Debian's, driven by Playwright) on a real daemon
+with a token: the login, speech heard as it streams with its words lit in order, bad
+input answered in the page, and not one request anywhere but the daemon."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from playwright.sync_api import Browser, Page, sync_playwright
+
+from tests.fixtures.daemon import DaemonProcess, ready_daemon
+
+TOKEN = "console-e2e-token"
+CHROMIUM = "/usr/bin/chromium"
+TEXT = ("Hello. Thank you for calling. Your order will arrive on Tuesday afternoon, "
+        "between two and four.")
+RATE_HZ = 24000
+WAIT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
+    yield from ready_daemon(tmp_path_factory, "console-daemon", (f'api.token="{TOKEN}"',))
+
+
+@pytest.fixture(scope="module")
+def origin(daemon: DaemonProcess) -> str:
+    tcp = next(x for x in daemon.listeners() if x.startswith("tcp://"))
+    return tcp.replace("tcp://", "http://")
+
+
+REQUESTS: list[str] = []
+"""Every URL any page of the module asked for (the offline test reads it last)."""
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM,
+                              args=["--autoplay-policy=no-user-gesture-required"])
+        yield b
+        b.close()
+
+
+def open_page(browser: Browser, origin: str) -> Page:
+    page = browser.new_context().new_page()
+    page.on("request", lambda r: REQUESTS.append(r.url))
+    page.goto(origin + "/")
+    return page
+
+
+@pytest.fixture(scope="module")
+def page(browser: Browser, origin: str) -> Page:
+    """Signed in, its panels shown."""
+    page = open_page(browser, origin)
+    page.fill("#token", TOKEN)
+    page.press("#token", "Enter")
+    page.wait_for_selector("body[data-ready='1']", timeout=WAIT_MS)
+    return page
+
+
+def speak(page: Page, text: str, voice: str = "") -> dict[str, str]:
+    """Type, press Speak, wait for it to end; the panel's figures."""
+    page.fill("#text", text)
+    page.fill("#voice", voice)
+    page.click("#speak-go")
+    page.wait_for_selector("#speak[data-state='done'], #speak[data-state='error']",
+                           timeout=WAIT_MS)
+    return page.evaluate("({...document.getElementById('speak').dataset})")
+
+
+def sse_events(body: bytes) -> list[dict]:
+    return [json.loads(line[5:]) for line in body.decode().split("\n")
+            if line.startswith("data:")]
+
+
+def test_without_the_token_the_page_shows_the_login_and_every_call_is_401(browser, origin):
+    page = open_page(browser, origin)
+    answers: list[tuple[str, int]] = []
+    page.on("response", lambda r: answers.append((urlsplit(r.url).path, r.status)))
+    page.wait_for_selector("#login:not([hidden])", timeout=WAIT_MS)
+    page.wait_for_timeout(500)  # whatever else it would ask
+    assert page.is_hidden("#panels")
+    api = [(path, status) for path, status in answers if path.startswith("/v1/")]
+    assert api and all(status == 401 for _, status in api), answers
+    page.fill("#token", "wrong")
+    page.press("#token", "Enter")
+    page.wait_for_selector("#notice:has-text('refused')", timeout=WAIT_MS)
+    assert page.is_hidden("#panels")
+    page.fill("#token", TOKEN)
+    page.press("#token", "Enter")
+    page.wait_for_selector("#status[data-polls]", timeout=WAIT_MS)
+    assert page.inner_text("#st-state") == "ready"
+    assert re.fullmatch(r"1/1 up, restarts 0", page.inner_text("#st-workers"))
+    assert re.fullmatch(r"\d+% spare, \d+ calls max", page.inner_text("#st-capacity"))
+    assert page.evaluate("sessionStorage.getItem('cosyvoiced.token')") == TOKEN
+    page.context.close()
+
+
+def test_speech_is_heard_as_it_streams_with_its_words_lit_in_order(page):
+    with page.expect_response(lambda r: r.url.endswith("/v1/audio/speech")) as sent:
+        got = speak(page, TEXT)
+    assert got["state"] == "done", (got, page.inner_text("#speak-msg"))
+    events = sse_events(sent.value.body())
+    pcm_bytes = sum(len(base64.b64decode(e["audio"])) for e in events
+                    if e["type"] == "speech.audio.delta")
+    sent_s = pcm_bytes / 2 / RATE_HZ
+    words = [e["text"] for e in events if e["type"] == "speech.word"]
+    assert sent_s > 3.0 and " ".join(words) == TEXT
+    # first sound before the last byte: streamed, not downloaded then played
+    assert float(got["audioStartedMs"]) < float(got["responseEndedMs"]), got
+    assert abs(float(got["synthS"]) - sent_s) < 1e-3
+    assert abs(float(got["playedS"]) - sent_s) <= 0.05 * sent_s, (got, sent_s)
+    assert got["heard"] == ",".join(str(i) for i in range(len(words)))
+    assert page.inner_text("#words").split() == words
+    assert re.fullmatch(r"\d+ ms", page.inner_text("#fig-first"))
+    assert 0 < float(page.inner_text("#fig-rtf")) < 1.0
+    with page.expect_download() as dl:
+        page.click("#subtitles")
+    vtt = Path(dl.value.path()).read_text(encoding="utf-8")
+    assert vtt.startswith("WEBVTT\n") and "\nThank you for calling.\n" in vtt
+    with page.expect_download() as dl:
+        page.click("#download")  # WAV: what was played
+    wav = Path(dl.value.path()).read_bytes()
+    assert wav[:4] == b"RIFF" and len(wav) - 44 == pcm_bytes
+
+
+@pytest.mark.parametrize(("text", "voice", "code"), [
+    ("", "", "missing_field|empty_text"),
+    ("All work and no play. " * 4700, "", "audio_too_long|text_too_long|request_entity"),
+    ("Hello there.", "no-such-voice", "unknown_voice"),
+])
+def test_bad_input_is_a_clear_message_and_the_page_keeps_working(page, text, voice, code):
+    got = speak(page, text, voice)
+    assert got["state"] == "error" and re.fullmatch(code, got["error"]), got
+    message = page.inner_text("#speak-msg")
+    assert message.startswith("Could not speak:") and got["error"] in message
+    assert speak(page, "Still here.")["state"] == "done"
+    assert page.inner_text("#speak-msg").startswith("Done:")
+
+
+def test_every_request_goes_to_the_daemon(origin):
+    assert REQUESTS, "no page was opened"
+    assert {f"{urlsplit(u).scheme}://{urlsplit(u).netloc}" for u in REQUESTS
+            if not u.startswith(("data:", "blob:"))} == {origin}
