@@ -19,6 +19,7 @@ from cosyvoiced.tts.frontend.normalize.en_numbers import (
     cardinal,
     digits,
     grouped_digits,
+    year,
 )
 from cosyvoiced.tts.frontend.segments import inline_phonemes
 
@@ -143,6 +144,88 @@ SHORT_DATE_RE = re.compile(
     r"effective|since|of)\s+(?:(?:Mon|Tue|Tues|Wed|Thu|Thur|Thurs|Fri|Sat|Sun)[a-z]*\.?,?\s+)?"
     r"((0?[1-9]|1[0-2])/(0?[1-9]|[12]\d|3[01]))(?![\w/]|[.,]\d)", re.IGNORECASE)
 """"expires 11/30": a month and day (the grammars read a fraction without a year)."""
+MORE_DATES_RE = re.compile(
+    r",?\s*(?:,|and|or|to|through|thru|[-–])\s*((0?[1-9]|1[0-2])/(0?[1-9]|[12]\d|3[01]))"
+    r"(?![\w/]|[.,]\d)")
+""""on 10/1 and 10/15": a month and day joined to one (not "ten fifteenths")."""
+EXPIRY_RE = re.compile(
+    r"\b(?:(?:card|Visa|Mastercard|Amex|Discover)\b[^.;!?/]{0,30}?\b(?:expires?|expiring|expired)"
+    r"|expiry|expiration|exp\.|valid\s+(?:thru|through|until)|good\s+(?:thru|through))"
+    r"(?:\s+(?:date|is|was|on|of))*:?\s+(0[1-9]|1[0-2])\s?/\s?(\d\d|20\d\d)(?![\w/]|[.,]\d)",
+    re.IGNORECASE)
+""""Your card expires 09/28": a card's MM/YY expiry, "oh nine, twenty eight", as printed
+on the card (an offer that "expires 11/30" is a month and day)."""
+
+
+def _two_digits(ds: str) -> str:
+    """"09" -> "oh nine", "00" -> "oh oh", "28" -> "twenty eight"."""
+    return f"oh {'oh' if ds[1] == '0' else DIGIT_WORDS[int(ds[1])]}" if ds[0] == "0" else (
+        cardinal(int(ds)))
+
+
+def expiry(month: str, yr: str) -> str:
+    """("09", "28") -> "oh nine, twenty eight"; ("12", "2031") -> "twelve, twenty
+    thirty one"."""
+    return f"{_two_digits(month)}, {year(int(yr)) if len(yr) == 4 else _two_digits(yr)}"
+
+
+# -- amounts before a noun -------------------------------------------------------------------
+AMOUNT_NOUN_RE = re.compile(
+    r"(?:\b(an?)\s+)?(?<![\w.,])([$€£])(\d{1,3}(?:,\d{3})+|\d+)(?![\d.,]\d|[\w%])"
+    r"(?=\s+([a-z][a-z-]*))")
+""""a $100 gift card", "the $25 late fee": an amount before a noun it describes."""
+AMOUNT_NOUNS = frozenset((
+    "fee fees charge charges credit gift deposit payment refund discount rebate bonus "
+    "voucher coupon minimum limit fine surcharge late monthly annual yearly weekly daily "
+    "one-time reward purchase order increase reduction bill plan balance statement fare "
+    "ticket co-pay copay deductible premium upgrade cancellation activation service "
+    "processing shipping restocking overdraft donation check cheque prepaid top-up "
+    "difference value").split())
+"""Nouns (and the adjectives of fees) an amount before them describes."""
+NOT_NOUNS = frozenset((
+    "a an the off or and per each in to for of on from plus more less back at with by "
+    "worth is was will be thousand million billion trillion k m bn").split())
+"""Words after "a $100" that make it a sum, not a describing word ("a $100 or more")."""
+CURRENCY = {"$": "dollar", "€": "euro", "£": "pound"}
+
+
+def _amount_before_noun(m: re.Match[str]) -> str | None:
+    """The amount's reading with its currency in the singular ("one hundred dollar"), or
+    None where it is a sum ("$25 to your account")."""
+    noun = m.group(4)
+    if noun in NOT_NOUNS or not (m.group(1) or noun in AMOUNT_NOUNS):
+        return None
+    return f"{cardinal(int(m.group(3).replace(',', '')))} {CURRENCY[m.group(2)]}"
+
+
+# -- user names ------------------------------------------------------------------------------
+USERNAME_RE = re.compile(
+    r"\b(?:user\s?name|user\s+ID|login|handle|screen\s+name)(?:\s+(?:is|was|will\s+be))?"
+    r":?\s+([A-Za-z]+)(\d+)(?![\w@-]|\.\w)", re.IGNORECASE)
+""""username jsmith42": the letters as a word where they can be said, else an initial
+and a name ("J smith") or letter by letter; the digits one by one, as typed."""
+ONSETS = frozenset((
+    "bl br ch cl cr dr dw fl fr gl gr gw kl kn kr ph pl pr qu sc sch scr sh shr sk sl sm sn "
+    "sp sph spl spr squ st str sv sw th thr tr tw wh wr").split())
+"""The consonants an English word can start with (a single one always can)."""
+
+
+def _sayable(word: str) -> bool:
+    w = word.lower()
+    onset = re.match(r"[^aeiouy]*", w).group(0)  # type: ignore[union-attr]
+    return (len(w) > 1 and onset != w and (len(onset) < 2 or onset in ONSETS)
+            and not re.search(r"[^aeiouy]{4,}", w))
+
+
+def username(letters: str, numbers: str) -> str:
+    """("jsmith", "42") -> "J smith four two"; ("admin", "7") -> "admin seven"."""
+    if _sayable(letters):
+        said = letters.lower()
+    elif len(letters) > 3 and _sayable(letters[1:]):
+        said = f"{letters[0].upper()} {letters[1:].lower()}"
+    else:
+        said = spell(letters)
+    return f"{said} {digits(numbers)}"
 
 
 # -- ranges ---------------------------------------------------------------------------------
@@ -229,10 +312,22 @@ def claims(text: str, *, phonetic: bool = False) -> Iterator[Claim]:
         found.append((m.start(), m.end(), "number"))
     for m in EMERGENCY_RE.finditer(text):
         found.append((m.start(), m.end(), digits(m.group(1))))
+    for m in USERNAME_RE.finditer(text):
+        found.append((m.start(1), m.end(2), username(m.group(1), m.group(2))))
+    for m in EXPIRY_RE.finditer(text):  # before a month and day at the same place
+        found.append((m.start(1), m.end(2), expiry(m.group(1), m.group(2))))
     for m in SHORT_DATE_RE.finditer(text):
-        spoken = spoken_date(int(m.group(2)), int(m.group(3)), None)
+        date: re.Match[str] | None = m
+        while date is not None:
+            spoken = spoken_date(int(date.group(2)), int(date.group(3)), None)
+            if not spoken:
+                break
+            found.append((date.start(1), date.end(1), spoken))
+            date = MORE_DATES_RE.match(text, date.end(1))
+    for m in AMOUNT_NOUN_RE.finditer(text):
+        spoken = _amount_before_noun(m)
         if spoken:
-            found.append((m.start(1), m.end(1), spoken))
+            found.append((m.start(2), m.end(3), spoken))
     for m in RANGE_RE.finditer(text):
         found.append((m.start(), m.end(),
                       f"{cardinal(int(m.group(1)))} to {cardinal(int(m.group(2)))}"))
