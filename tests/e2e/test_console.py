@@ -145,6 +145,28 @@ def test_bad_input_is_a_clear_message_and_the_page_keeps_working(page, text, voi
     assert page.inner_text("#speak-msg").startswith("Done:")
 
 
+def test_every_control_is_labelled_and_the_page_fits_a_phone(page):
+    unlabelled = page.evaluate("""[...document.querySelectorAll(
+        'input, select, textarea, button, canvas')].filter((el) => {
+          const named = el.labels?.length || el.getAttribute('aria-label')
+            || (el.tagName === 'BUTTON' && el.textContent.trim());
+          return !named;
+        }).map((el) => el.outerHTML.slice(0, 80))""")
+    assert unlabelled == []
+    page.set_viewport_size({"width": 360, "height": 740})
+    try:
+        assert page.evaluate("document.documentElement.scrollWidth") <= 360
+        page.fill("#voice", "")
+        page.fill("#text", "By keyboard.")  # the keyboard alone: Ctrl+Enter in the text speaks
+        assert page.evaluate("document.activeElement.id") == "text"
+        page.keyboard.press("Control+Enter")
+        page.wait_for_selector("#speak[data-state='done']", timeout=WAIT_MS)
+        page.keyboard.press("Tab")
+        assert page.evaluate("document.activeElement.id") == "voice"
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 720})
+
+
 def test_every_request_goes_to_the_daemon(origin):
     assert REQUESTS, "no page was opened"
     assert {f"{urlsplit(u).scheme}://{urlsplit(u).netloc}" for u in REQUESTS
