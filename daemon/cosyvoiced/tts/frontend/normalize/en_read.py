@@ -41,7 +41,7 @@ ADDRESS_RE = re.compile(
 """A street address, read by the grammars in one window: "708 N 1st St, San City"."""
 MAX_WINDOW_CHARS = 64
 """Longer windows are read by `long_window` (the grammars' cost grows with the window:
-80 characters of hyphenated digits cost ~0.3 s)."""
+80 characters of hyphenated digits cost ~60 ms)."""
 TAGGER_BUDGET_S = 0.5
 """Tagging time one text may take; its windows past it are read by `long_window` (5000
 characters of "1 x 2 x 3 ..." would take seconds)."""
