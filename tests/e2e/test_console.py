@@ -1,19 +1,24 @@
 """The web console in headless Chromium (Debian's, driven by Playwright) on a real daemon
 with a token: the login, speech heard as it streams with its words lit in order, bad
-input answered in the page, and not one request anywhere but the daemon."""
+input answered in the page, a live call listed and hung up, and not one request anywhere
+but the daemon."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import numpy as np
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from cosyvoiced.testing.audiosocket_peer import Peer
 from tests.fixtures.daemon import DaemonProcess, ready_daemon
 
 TOKEN = "console-e2e-token"
@@ -165,6 +170,42 @@ def test_every_control_is_labelled_and_the_page_fits_a_phone(page):
         assert page.evaluate("document.activeElement.id") == "voice"
     finally:
         page.set_viewport_size({"width": 1280, "height": 720})
+
+
+@pytest.fixture
+def peer_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop on its own thread for AudioSocket peers (the page's calls are sync)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield loop
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    loop.close()
+
+
+def test_a_call_is_listed_and_hung_up_from_the_page(page, daemon, peer_loop):
+    sock = next(x for x in daemon.listeners() if x.startswith("audiosocket://"))
+    host, port = sock.removeprefix("audiosocket://").rsplit(":", 1)
+    peer = Peer(host, int(port))
+
+    def run(coro, timeout_s: float = 10.0):
+        return asyncio.run_coroutine_threadsafe(coro, peer_loop).result(timeout_s)
+
+    run(peer.connect())
+    talking = asyncio.run_coroutine_threadsafe(  # keeps the call alive until hung up
+        peer.play(np.zeros(8000 * 20, dtype=np.int16)), peer_loop)
+    try:
+        row = f"#calls-rows tr[data-call='{peer.call.call_id}']"
+        page.wait_for_selector(row, timeout=WAIT_MS)
+        assert page.inner_text(f"{row} td:nth-child(2)").startswith("slin")
+        page.click(f"{row} button:has-text('Hang up')")
+        assert run(peer.wait_closed(10.0)), "the call was not ended"
+        page.wait_for_selector(row, state="detached", timeout=WAIT_MS)
+        assert page.inner_text("#calls-msg") == "No call right now."
+    finally:
+        talking.cancel()
+        run(peer.close())
 
 
 def test_every_request_goes_to_the_daemon(origin):

@@ -1,16 +1,18 @@
 // The console's entry: sign in when the API asks for a token, then the panels.
 import { ApiError, getJson, onUnauthorized, setToken, token } from "./api.js";
+import { CallsPanel } from "./calls.js";
 import { SpeakPanel } from "./speak.js";
 import { StatusPanel } from "./status.js";
 
 const $ = (id) => document.getElementById(id);
-let speak = null, status = null;
+let speak = null, status = null, calls = null;
 
 function showLogin(refused) {
   $("panels").hidden = true;
   $("login").hidden = false;
   $("signout").hidden = true;
   if (status) clearTimeout(status.timer);
+  if (calls) clearTimeout(calls.timer);
   const notice = $("notice");
   notice.hidden = !refused;
   notice.textContent = refused && token() ? "That token was refused." : "Sign in to use the API.";
@@ -33,8 +35,10 @@ async function start() {
   $("signout").hidden = !token();
   speak ||= new SpeakPanel();
   status ||= new StatusPanel();
+  calls ||= new CallsPanel();
   speak.loadVoices().catch((err) => speak.message(`No voice list: ${err.message}`, true));
   status.poll();
+  calls.poll();
   document.body.dataset.ready = "1";
 }
 
