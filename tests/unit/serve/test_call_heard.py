@@ -159,3 +159,40 @@ def test_a_say_played_to_its_end_reports_every_word():
     assert [w.text for w in done.words] == ["one", "two", "three", "four"]
     assert done.unspoken == "" and not any(w.partial for w in done.words)
     assert done.heard_s == pytest.approx(peer.call.speech_samples() / 8000, abs=0.021)
+
+
+def test_the_say_route_takes_a_speed_and_refuses_one_out_of_range():
+    from aiohttp import ClientSession
+    from aiohttp.test_utils import TestServer
+
+    from cosyvoiced.serve.http.app import make_app
+    from tests.fakes.daemon import FakeDaemon
+
+    async def main():
+        config = AudioSocketConfig(enabled=True, listen="127.0.0.1:0", first_frame_wait_ms=0)
+        speech = FakeSpeech()
+        server = AudioSocketServer(speech, Streams(100), EventBus(), Metrics(), config)
+        await server.start()
+        http_server = TestServer(make_app(FakeDaemon(audiosocket=server)))
+        await http_server.start_server()
+        peer = Peer("127.0.0.1", int(server.bound.rsplit(":", 1)[1]))
+        await peer.connect()
+        await asyncio.sleep(0.1)
+        statuses = []
+        async with ClientSession(base_url=str(http_server.make_url(""))) as http:
+            cid = str(peer.call.call_id)
+            for speed in (2.0, 5, "fast", True, None):
+                body = {"text": "a b"} if speed is None else {"text": "a b", "speed": speed}
+                async with http.post(f"/v1/calls/{cid}/say", json=body) as r:
+                    statuses.append((r.status, (await r.json()).get("error", {})
+                                     .get("code") if r.status != 202 else None))
+        await peer.hangup()
+        await http_server.close()
+        await server.stop()
+        return statuses, speech.requests
+
+    statuses, requests = asyncio.run(main())
+    assert statuses == [(202, None), (400, "bad_parameter"), (400, "bad_parameter"),
+                        (400, "bad_parameter"), (202, None)]
+    assert [o.length_scale for _, o in requests] == [0.5, None]
+    assert all(o.words for _, o in requests)
