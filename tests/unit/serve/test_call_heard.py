@@ -196,3 +196,39 @@ def test_the_say_route_takes_a_speed_and_refuses_one_out_of_range():
                         (400, "bad_parameter"), (202, None)]
     assert [o.length_scale for _, o in requests] == [0.5, None]
     assert all(o.words for _, o in requests)
+
+
+def test_a_say_cut_after_the_call_switched_format_counts_the_audio_of_both():
+    """The call begins in slin; the caller's first frame (slin16) moves what is queued to a
+    16 kHz playout; what the caller heard is the slin part plus the slin16 part."""
+    from cosyvoiced.serve.audiosocket.frames import AUDIO_RATES_HZ, Kind
+
+    async def main():
+        config = AudioSocketConfig(enabled=True, listen="127.0.0.1:0", first_frame_wait_ms=0,
+                                   barge_in=False,
+                                   greeting=" ".join(f"w{i}" for i in range(40)))
+        server = AudioSocketServer(FakeSpeech(at_rate_asked=True), Streams(100), EventBus(),
+                                   Metrics(), config)
+        await server.start()
+        sub = server.bus.subscribe(types=["playback_done"])
+        peer = Peer("127.0.0.1", int(server.bound.rsplit(":", 1)[1]), kind=Kind.SLIN16)
+        await peer.connect()
+        while len(peer.call.speech_frames()) < 15:  # 0.3 s of the greeting in slin
+            await asyncio.sleep(0.005)
+        await peer.play(np.full(320 * 10, 100, dtype=np.int16))  # 0.2 s, quiet
+        while len([r for r in peer.call.speech_frames() if r.kind == Kind.SLIN16]) < 10:
+            await asyncio.sleep(0.005)
+        server.calls[str(peer.call.call_id)].stop_speaking()
+        done = await asyncio.wait_for(sub.get(), 10)
+        await asyncio.sleep(0.2)
+        await peer.hangup()
+        await server.stop()
+        return done, peer
+
+    done, peer = asyncio.run(main())
+    frames = peer.call.speech_frames()
+    got_s = sum(len(r.pcm) / 2 / AUDIO_RATES_HZ[r.kind] for r in frames)
+    assert {r.kind for r in frames} == {Kind.SLIN, Kind.SLIN16}
+    assert done.reason == "stopped"
+    assert done.heard_s == pytest.approx(got_s, abs=0.041)  # a padded frame at each end
+    assert [w.text for w in done.words] == [f"w{i}" for i in range(40) if i / 10 < done.heard_s]
