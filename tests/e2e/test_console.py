@@ -19,6 +19,8 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from cosyvoiced.testing.audiosocket_peer import Peer
+from cosyvoiced.tts.request import WordTime
+from cosyvoiced.tts.streaming.subtitles import subtitles
 from tests.fixtures.daemon import DaemonProcess, ready_daemon
 
 TOKEN = "console-e2e-token"
@@ -129,11 +131,18 @@ def test_speech_is_heard_as_it_streams_with_its_words_lit_in_order(page):
     with page.expect_download() as dl:
         page.click("#subtitles")
     vtt = Path(dl.value.path()).read_text(encoding="utf-8")
-    assert vtt.startswith("WEBVTT\n") and "\nThank you for calling.\n" in vtt
+    assert vtt == subtitles([WordTime(e["text"], e["char_start"], e["char_end"], e["start"],
+                                      e["end"]) for e in events if e["type"] == "speech.word"],
+                            vtt=True)  # the cues `cosyvoiced say --subtitles` makes
+    assert "\nThank you for calling.\n" in vtt
     with page.expect_download() as dl:
         page.click("#download")  # WAV: what was played
     wav = Path(dl.value.path()).read_bytes()
     assert wav[:4] == b"RIFF" and len(wav) - 44 == pcm_bytes
+    # the status panel's first-audio p95 comes from /metrics' histogram between two polls
+    page.wait_for_selector("#plot-first-now:not(:empty)", timeout=WAIT_MS)
+    assert re.fullmatch(r"\(≤ \d+\)", page.inner_text("#plot-first-now"))
+    assert re.fullmatch(r"\d+ / \d+", page.inner_text("#st-xruns"))
 
 
 @pytest.mark.parametrize(("text", "voice", "code"), [

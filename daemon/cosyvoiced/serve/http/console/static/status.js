@@ -26,10 +26,13 @@ const sum = (metrics, name) => (metrics[name] || []).reduce((a, s) => a + s.valu
 export function p95(before, after, name) {
   const counts = (m) => Object.fromEntries((m[`${name}_bucket`] || []).map((s) => [s.labels.le, s.value]));
   const a = counts(before), b = counts(after);
-  const les = Object.keys(b).sort((x, y) => Number(x) - Number(y));
+  const les = Object.keys(b).sort((x, y) => Number(x.replace("+Inf", "Infinity")) -
+    Number(y.replace("+Inf", "Infinity")));
   const total = (b["+Inf"] || 0) - (a["+Inf"] || 0);
   if (total <= 0) return null;
-  for (const le of les) if ((b[le] || 0) - (a[le] || 0) >= 0.95 * total) return Number(le);
+  for (const le of les) {
+    if ((b[le] || 0) - (a[le] || 0) >= 0.95 * total) return Number(le.replace("+Inf", "Infinity"));
+  }
   return null;
 }
 
@@ -41,6 +44,7 @@ export class StatusPanel {
       first: new Plot($("plot-first"), { keep: KEEP }),
     };
     this.metrics = null;
+    this.lastFirst = null; // the last p95 known: polls with no request in between have none
     this.timer = null;
     document.addEventListener("visibilitychange", () => this.schedule(0));
   }
@@ -88,12 +92,13 @@ export class StatusPanel {
     const spare = cap ? cap.weight_percent : 0;
     const first = this.metrics ? p95(this.metrics, metrics, "cosyvoiced_tts_first_audio_seconds") : null;
     this.metrics = metrics;
+    if (first !== null) this.lastFirst = first;
     this.plots.capacity.add(spare);
     this.plots.streams.add(status.streams.active);
     this.plots.first.add(first === null ? null : first * 1000);
     $("plot-capacity-now").textContent = `(${spare}%)`;
     $("plot-streams-now").textContent = `(${status.streams.active})`;
-    $("plot-first-now").textContent = first === null ? "" : `(≤ ${Math.round(first * 1000)})`;
+    if (this.lastFirst !== null) $("plot-first-now").textContent = `(≤ ${Math.round(this.lastFirst * 1000)})`;
     $("status").dataset.polls = String(Number($("status").dataset.polls || 0) + 1);
   }
 }
