@@ -82,6 +82,14 @@ def speak(page: Page, text: str, voice: str = "") -> dict[str, str]:
     return page.evaluate("({...document.getElementById('speak').dataset})")
 
 
+SOCKET = """(path) => new Promise((done) => {
+  const ws = new WebSocket(location.origin.replace("http", "ws") + path);
+  ws.onopen = () => { done("open"); ws.close(); };
+  ws.onclose = () => done("closed");
+})"""
+"""Open a WebSocket from the page: "open" or "closed"."""
+
+
 def sse_events(body: bytes) -> list[dict]:
     return [json.loads(line[5:]) for line in body.decode().split("\n")
             if line.startswith("data:")]
@@ -96,6 +104,8 @@ def test_without_the_token_the_page_shows_the_login_and_every_call_is_401(browse
     assert page.is_hidden("#panels")
     api = [(path, status) for path, status in answers if path.startswith("/v1/")]
     assert api and all(status == 401 for _, status in api), answers
+    for query in ("", f"?token={TOKEN}"):  # a WebSocket without the token (URLs never carry it)
+        assert page.evaluate(SOCKET, f"/v1/calls/events{query}") == "closed"
     page.fill("#token", "wrong")
     page.press("#token", "Enter")
     page.wait_for_selector("#notice:has-text('refused')", timeout=WAIT_MS)
@@ -207,6 +217,8 @@ def test_a_call_is_listed_and_hung_up_from_the_page(page, daemon, peer_loop):
     try:
         row = f"#calls-rows tr[data-call='{peer.call.call_id}']"
         page.wait_for_selector(row, timeout=WAIT_MS)
+        # the calls' events came over a WebSocket that carried the token as a subprotocol
+        assert page.get_attribute("#calls", "data-live") == "1"
         assert page.inner_text(f"{row} td:nth-child(2)").startswith("slin")
         page.click(f"{row} button:has-text('Hang up')")
         assert run(peer.wait_closed(10.0)), "the call was not ended"

@@ -19,6 +19,7 @@ from cosyvoiced.serve.devices import Devices
 from cosyvoiced.serve.errors import status_for, status_of
 from cosyvoiced.serve.http.calls import CallRoutes
 from cosyvoiced.serve.http.console.routes import ConsoleRoutes, is_console_path
+from cosyvoiced.serve.http.console.wsauth import answer_protocol, offered_token
 from cosyvoiced.serve.http.errors import REQUEST_TIMEOUT, ApiError
 from cosyvoiced.serve.http.openai import OpenAIRoutes
 from cosyvoiced.serve.http.play import PlayRoutes
@@ -85,8 +86,9 @@ def over_tcp(request: web.Request) -> bool:
 
 
 def bearer_auth(token: str) -> Any:
-    """Requests over TCP need `Authorization: Bearer TOKEN`; the control socket is guarded
-    by its file permissions instead."""
+    """Requests over TCP need `Authorization: Bearer TOKEN` (a browser's WebSocket: the
+    token as a subprotocol, console/wsauth.py); the control socket is guarded by its file
+    permissions instead."""
     expected = f"Bearer {token}".encode()
 
     @web.middleware
@@ -95,7 +97,9 @@ def bearer_auth(token: str) -> Any:
                 and not is_console_path(request.path):  # the page shows its own login
             # back to the bytes sent: a header that is not UTF-8 arrives with surrogates
             got = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
-            if not hmac.compare_digest(got, expected):
+            ws_token = offered_token(request)
+            if not hmac.compare_digest(got, expected) and (
+                    ws_token is None or not hmac.compare_digest(b"Bearer " + ws_token, expected)):
                 return error_response(status_of("unauthorized"), "unauthorized",
                                       "send Authorization: Bearer <api.token>")
         return await handler(request)
@@ -108,6 +112,7 @@ def make_app(daemon: DaemonView, token: str = "",
     middlewares = [json_errors] + ([bearer_auth(token)] if token else [])
     app = web.Application(middlewares=middlewares, client_max_size=MAX_UPLOAD_BYTES)
     app[REQUEST_TIMEOUT] = request_timeout_s
+    app.on_response_prepare.append(answer_protocol)
     routes = web.RouteTableDef()
     if daemon.speech is not None:
         tts = TtsRoutes(daemon.speech, daemon.streams, daemon.metrics)

@@ -73,3 +73,19 @@ export async function* events(resp) {
     }
   }
 }
+
+function base64url(text) {
+  let bin = "";
+  for (const b of new TextEncoder().encode(text)) bin += String.fromCharCode(b);
+  return btoa(bin).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+/** A WebSocket to the daemon (this origin). A browser cannot set Authorization on one:
+ * the token goes as a subprotocol (never in the URL, which lands in logs). */
+export function openSocket(path) {
+  const url = new URL(path, location.href);
+  url.protocol = url.protocol === "https:" ? "wss:" : "ws:";
+  const protocols = ["cosyvoiced"];
+  if (token()) protocols.push(`cosyvoiced.token.${base64url(token())}`);
+  return new WebSocket(url, protocols);
+}

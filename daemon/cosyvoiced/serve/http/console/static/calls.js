@@ -1,8 +1,11 @@
-// The Calls panel: the live AudioSocket calls (GET /v1/calls), polled while the page is
-// visible, each with a button that hangs it up.
-import { call, getJson } from "./api.js";
+// The Calls panel: the live AudioSocket calls (GET /v1/calls), asked again at once on
+// each event of the calls' WebSocket and polled while the page is visible, each with a
+// button that hangs it up.
+import { call, getJson, openSocket } from "./api.js";
 
 export const POLL_MS = 2000;
+const LIVE_POLL_MS = 5000; // while the event WebSocket is up
+const RECONNECT_MS = 3000;
 const FRAME_S = 0.02; // one AudioSocket frame
 const $ = (id) => document.getElementById(id);
 
@@ -10,12 +13,44 @@ export class CallsPanel {
   constructor() {
     this.timer = null;
     this.off = false;
+    this.ws = null;
+    this.retry = null;
+    this.stopped = false;
     document.addEventListener("visibilitychange", () => this.schedule(0));
   }
 
-  schedule(ms = POLL_MS) {
+  start() {
+    this.stopped = false;
+    this.poll();
+    this.connect();
+  }
+
+  stop() {
+    this.stopped = true;
     clearTimeout(this.timer);
-    if (!document.hidden && !this.off) this.timer = setTimeout(() => this.poll(), ms);
+    clearTimeout(this.retry);
+    if (this.ws) this.ws.close();
+  }
+
+  /** The calls' events: any of them (a call started, ended, barged in) asks for the list. */
+  connect() {
+    if (this.off || this.stopped || this.ws) return;
+    const ws = this.ws = openSocket("/v1/calls/events");
+    ws.onmessage = () => {
+      $("calls").dataset.live = "1";
+      this.schedule(50);
+    };
+    ws.onclose = () => {
+      this.ws = null;
+      if ($("calls").dataset.live === "1") this.message("Live call events lost; reconnecting…", true);
+      $("calls").dataset.live = "0";
+      if (!this.stopped) this.retry = setTimeout(() => this.connect(), RECONNECT_MS);
+    };
+  }
+
+  schedule(ms = this.ws && $("calls").dataset.live === "1" ? LIVE_POLL_MS : POLL_MS) {
+    clearTimeout(this.timer);
+    if (!document.hidden && !this.off && !this.stopped) this.timer = setTimeout(() => this.poll(), ms);
   }
 
   message(text, isError = false) {
@@ -30,6 +65,7 @@ export class CallsPanel {
       if (err.status === 401) return; // the login is shown
       if (err.status === 404) {
         this.off = true;
+        if (this.ws) this.ws.close();
         this.message("Phone calls are off on this daemon (audiosocket.enabled).");
         return;
       }

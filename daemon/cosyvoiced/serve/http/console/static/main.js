@@ -12,7 +12,7 @@ function showLogin(refused) {
   $("login").hidden = false;
   $("signout").hidden = true;
   if (status) clearTimeout(status.timer);
-  if (calls) clearTimeout(calls.timer);
+  if (calls) calls.stop();
   const notice = $("notice");
   notice.hidden = !refused;
   notice.textContent = refused && token() ? "That token was refused." : "Sign in to use the API.";
@@ -38,7 +38,7 @@ async function start() {
   calls ||= new CallsPanel();
   speak.loadVoices().catch((err) => speak.message(`No voice list: ${err.message}`, true));
   status.poll();
-  calls.poll();
+  calls.start();
   document.body.dataset.ready = "1";
 }
 
