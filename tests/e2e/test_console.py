@@ -149,6 +149,13 @@ def test_speech_is_heard_as_it_streams_with_its_words_lit_in_order(page):
         page.click("#download")  # WAV: what was played
     wav = Path(dl.value.path()).read_bytes()
     assert wav[:4] == b"RIFF" and len(wav) - 44 == pcm_bytes
+    page.select_option("#format", "mp3")  # the same request again, as mp3
+    with page.expect_download() as dl:
+        page.click("#download")
+    mp3 = Path(dl.value.path()).read_bytes()
+    assert dl.value.suggested_filename == "speech.mp3"
+    assert mp3[:3] == b"ID3" or (mp3[0] == 0xFF and mp3[1] & 0xE0 == 0xE0), mp3[:8]
+    page.select_option("#format", "wav")
     # the status panel's first-audio p95 comes from /metrics' histogram between two polls
     page.wait_for_selector("#plot-first-now:not(:empty)", timeout=WAIT_MS)
     assert re.fullmatch(r"\(≤ \d+\)", page.inner_text("#plot-first-now"))

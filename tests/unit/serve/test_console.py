@@ -54,10 +54,12 @@ def test_page_and_assets_carry_etags_and_revalidate_to_304():
     assert "Access-Control-Allow-Origin" not in page
     again = fetch(FakeDaemon(), [("/", {"If-None-Match": page["ETag"]}),
                                  ("/console/main.js", {"If-None-Match": f'W/{js["ETag"]}'}),
-                                 ("/console/main.js", {"If-None-Match": page["ETag"]})])
+                                 ("/console/main.js", {"If-None-Match": page["ETag"]}),
+                                 ("/console/main.js", {"If-None-Match": "*"})])
     assert [(s, b) for s, _, b in again[:2]] == [(304, b""), (304, b"")]
     assert again[0][1]["ETag"] == page["ETag"]
     assert again[2][0] == 200 and again[2][2] == body  # another file's tag does not match
+    assert again[3][0] == 304
 
 
 def test_unknown_asset_is_404():

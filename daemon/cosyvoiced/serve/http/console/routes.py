@@ -85,7 +85,8 @@ class ConsoleRoutes:
                    "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer"}
         if name == "index.html":
             headers |= {"Content-Security-Policy": CSP, "X-Frame-Options": "DENY"}
-        if asset.etag in _etags(request.headers.get("If-None-Match", "")):
+        tags = _etags(request.headers.get("If-None-Match", ""))
+        if asset.etag in tags or "*" in tags:
             return web.Response(status=304, headers=headers)
         return web.Response(body=asset.body, headers=headers,
                             content_type=asset.content_type,
