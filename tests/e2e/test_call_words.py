@@ -162,3 +162,40 @@ def test_a_say_that_plays_out_reports_all_its_words_at_any_speed(daemon):
         assert got_s - 0.03 <= done["heard_s"] <= got_s + 0.5  # the tail: silence
         assert done["words"][-1]["end"] <= done["heard_s"]
     assert dones[1]["heard_s"] < 0.7 * dones[0]["heard_s"]  # twice as fast
+
+
+def test_a_repeated_prompt_comes_from_the_cache_with_its_word_times(tmp_path):
+    """Calls say the same prompts all day: a sentence synthesized with word timing is kept
+    with its words' times, and the same sentence in another request, at other offsets of
+    its input, is copied from the cache with its words mapped to that input."""
+    from cosyvoiced.config.schema import TtsConfig
+    from cosyvoiced.tts.engine import TtsEngine
+    from cosyvoiced.tts.request import SynthesisOptions
+
+    engine = TtsEngine(TtsConfig(precision="fp32", vocoder="fp32", flow="fp32", cache_mb=8),
+                       cache_dir=str(tmp_path))
+    prompt = "Thank you for calling."
+
+    def say(text: str, words: bool = True) -> list:
+        return list(engine.synthesize(text, SynthesisOptions(words=words, format="float32")))
+
+    first = say(prompt)
+    again = say(prompt)
+    assert not any(c.cached for c in first) and all(c.cached for c in again if c.text)
+    told = [w for c in first for w in c.words]
+    assert [w.text for w in told] == ["Thank", "you", "for", "calling."]
+    assert [w for c in again for w in c.words] == told  # the same audio, the same times
+    lead = "Hello there. "
+    other = say(lead + prompt)  # the second sentence from the cache, at offset 13
+    assert [c.cached for c in other if c.text][-1]
+    tail = [w for c in other for w in c.words][-4:]
+    assert [w.text for w in tail] == [w.text for w in told]
+    assert [w.char_start - len(lead) for w in tail] == [w.char_start for w in told]
+    shift = tail[0].start_s - told[0].start_s
+    assert shift > 0.3  # after the first sentence and its pause
+    for a, b in zip(tail, told, strict=True):
+        assert abs(a.start_s - shift - b.start_s) < 1e-6 and abs(a.end_s - shift - b.end_s) < 1e-6
+    # kept without words (a request that did not ask): synthesized again when they are
+    plain = "Your order ships today."
+    say(plain, words=False)
+    assert not any(c.cached for c in say(plain)) and all(c.cached for c in say(plain) if c.text)

@@ -13,6 +13,12 @@ written there, one raw float32 file per key, so the other workers, a replacement
 the next start find it without synthesizing; the directory is held to the same byte bound,
 oldest files out. `tts.cache_prompts` names a file of prompts synthesized into the cache
 when a worker starts (see `TtsEngine.warm_prompts`).
+
+A sentence synthesized with word timing is kept with its words' times, each by the span
+of the sentence it reads (sentence offsets, so the same sentence in another request, at
+other offsets of its input, maps them to its own); a request asking for words takes
+only such entries (`lookup`): one kept without them (from disk, a prompts file, a request
+without words) is synthesized again and kept with them.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +34,8 @@ import numpy as np
 import structlog
 
 from cosyvoiced.runtime.onnx import write_cache_file
+from cosyvoiced.tts.frontend.segments import SourceSpan
+from cosyvoiced.tts.request import WordTime
 
 log = structlog.get_logger(__name__)
 
@@ -56,6 +65,45 @@ class PromptKey:
         return hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
 
 
+@dataclass(frozen=True)
+class KeptWord:
+    """A word of a kept sentence: its span's offsets in the sentence, seconds from it."""
+
+    start: int
+    end: int
+    start_s: float
+    end_s: float
+
+
+def keep_words(words: Sequence[WordTime], spans: Sequence[SourceSpan]
+               ) -> tuple[KeptWord, ...] | None:
+    """`words` (offsets into the request's input) by their spans in the sentence; None
+    if one has no span of its own."""
+    by_src = {(s.src_start, s.src_end): s for s in spans}
+    kept = []
+    for w in words:
+        span = by_src.get((w.char_start, w.char_end))
+        if span is None:
+            return None
+        kept.append(KeptWord(span.start, span.end, w.start_s, w.end_s))
+    return tuple(kept)
+
+
+def told_words(kept: tuple[KeptWord, ...], spans: Sequence[SourceSpan], source: str
+               ) -> list[WordTime] | None:
+    """Kept words on this request's input (its sentence's `spans` into `source`); None if
+    its sentence's spans lie otherwise (the same text read from other input)."""
+    by_start = {(s.start, s.end): s for s in spans}
+    out = []
+    for k in kept:
+        span = by_start.get((k.start, k.end))
+        if span is None:
+            return None
+        out.append(WordTime(source[span.src_start:span.src_end], span.src_start,
+                            span.src_end, k.start_s, k.end_s))
+    return out
+
+
 class PromptCache:
     """Sentence audio by `PromptKey`, bounded in bytes (LRU), optionally on disk."""
 
@@ -64,6 +112,8 @@ class PromptCache:
         self.directory = Path(directory) if directory and self.max_bytes else None
         self._entries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._on_disk: set[str] = set()
+        self._words: dict[str, tuple[KeptWord, ...]] = {}
+        """Word times of the entries synthesized with them (in memory only)."""
         self.bytes = 0
         self.hits = 0
         self.misses = 0
@@ -79,12 +129,29 @@ class PromptCache:
         assert self.directory is not None
         return self.directory / f"{digest}{SUFFIX}"
 
-    def samples(self, key: PromptKey) -> int | None:
-        """The cached length of `key` in samples, or None (counts neither hit nor miss)."""
+    def samples(self, key: PromptKey, words: bool = False) -> int | None:
+        """The cached length of `key` in samples (with `words`: only if kept with its word
+        times), or None (counts neither hit nor miss)."""
         if not self.enabled:
             return None
-        audio = self._entries.get(key.digest())
-        return int(audio.shape[0]) if audio is not None else None
+        digest = key.digest()
+        audio = self._entries.get(digest)
+        if audio is None or (words and digest not in self._words):
+            return None
+        return int(audio.shape[0])
+
+    def lookup(self, key: PromptKey, words: bool, spans: Sequence[SourceSpan], source: str
+               ) -> tuple[np.ndarray | None, list[WordTime]]:
+        """(`get`, and with `words` the sentence's words on this request's input); (None,
+        []) when words are asked and it was not kept with them (a miss)."""
+        if not words:
+            return self.get(key), []
+        kept = self._words.get(key.digest()) if self.enabled else None
+        told = told_words(kept, spans, source) if kept is not None else None
+        if told is None:
+            self.misses += 1 if self.enabled else 0
+            return None, []
+        return self.get(key), told
 
     def get(self, key: PromptKey) -> np.ndarray | None:
         """The sentence's raw speech (read-only: copy before changing it), or None."""
@@ -107,25 +174,31 @@ class PromptCache:
         self._insert(digest, audio)
         return audio
 
-    def put(self, key: PromptKey, audio: np.ndarray, *, persist: bool = False) -> None:
-        """Keep `audio` (float32 mono) for `key`; `persist`: on disk at once too."""
+    def put(self, key: PromptKey, audio: np.ndarray, *, persist: bool = False,
+            words: tuple[KeptWord, ...] | None = None) -> None:
+        """Keep `audio` (float32 mono) for `key`, with its `words` when timed; `persist`:
+        on disk at once too (the audio only)."""
         if not self.enabled or audio.nbytes > self.max_bytes:
             return
         digest = key.digest()
         audio = np.ascontiguousarray(audio, dtype=np.float32)
         audio.flags.writeable = False
         self._insert(digest, audio)
+        if words is not None and digest in self._entries:
+            self._words[digest] = words
         if persist and self.directory is not None and digest not in self._on_disk:
             self._persist(digest, audio)
 
     def _insert(self, digest: str, audio: np.ndarray) -> None:
         old = self._entries.pop(digest, None)
+        self._words.pop(digest, None)  # new audio: the old times are not its
         if old is not None:
             self.bytes -= old.nbytes
         self._entries[digest] = audio
         self.bytes += audio.nbytes
         while self.bytes > self.max_bytes and self._entries:
-            _, dropped = self._entries.popitem(last=False)
+            gone, dropped = self._entries.popitem(last=False)
+            self._words.pop(gone, None)
             self.bytes -= dropped.nbytes
 
     def _load(self, digest: str) -> np.ndarray | None:

@@ -29,7 +29,7 @@ from cosyvoiced.runtime.onnx import run as onnx_run
 from cosyvoiced.tts.frontend.phonemize import raw_phonemes, text_phonemes, to_ids
 from cosyvoiced.tts.frontend.plan import Clause
 from cosyvoiced.tts.request import LENGTH_SCALE_RANGE, AudioChunk, SynthesisOptions, WordTime
-from cosyvoiced.tts.streaming.prompt_cache import PromptCache, PromptKey
+from cosyvoiced.tts.streaming.prompt_cache import KeptWord, PromptCache, PromptKey, keep_words
 from cosyvoiced.tts.streaming.words import alone, clause_words, id_frames
 from cosyvoiced.tts.voice.catalog import Voice
 from cosyvoiced.tts.voice.split import chunk_bounds
@@ -153,9 +153,8 @@ class Synthesis(Iterator[AudioChunk]):
         """The caller's input as sent (what word times point into)."""
         self._words: list[WordTime] = []
         """The current clause's words not yielded yet (seconds from the clause's start)."""
-        # a cached sentence has no durations: word timing synthesizes it
-        self.prompts = prompts if prompts is not None and prompts.enabled \
-            and not options.words else None
+        # with words: a sentence kept with its words' times, else synthesized (and kept so)
+        self.prompts = prompts if prompts is not None and prompts.enabled else None
         self.persist_prompts = persist_prompts
         self._gen = self._chunks()
 
@@ -202,7 +201,7 @@ class Synthesis(Iterator[AudioChunk]):
         for n in range(self._at, len(self.clauses)):
             clause = self.clauses[n]
             pause_s = clause.pause_after_ms / 1000
-            cached = self.prompts.samples(self._key(clause)) \
+            cached = self.prompts.samples(self._key(clause), self.options.words) \
                 if self.prompts is not None and clause.text else None
             if cached is not None:
                 bounds = self._cut(n, cached)
@@ -234,19 +233,25 @@ class Synthesis(Iterator[AudioChunk]):
         the prompt cache, or synthesized (and then kept there, before its last piece leaves:
         the caller may stop after it)."""
         key = self._key(clause) if self.prompts is not None else None
-        kept = self.prompts.get(key) if self.prompts is not None and key is not None else None
+        kept, told = self.prompts.lookup(key, self.options.words, clause.spans, self.source) \
+            if self.prompts is not None and key is not None else (None, [])
         if kept is not None:
+            self._words = told
             self._left_cached = self._cut(n, kept.shape[0])
             while self._left_cached:
                 a, b = self._left_cached.pop(0)
                 yield kept[a:b].copy(), 0, 0.0, True
             return
         made: list[np.ndarray] = []
+        timed: tuple[KeptWord, ...] | None = None
         for speech, front_chars, front_s in self._synthesize(n, clause):
             if self.prompts is not None and key is not None:
+                if not made and self.options.words:  # all its words, none told yet
+                    timed = keep_words(self._words, clause.spans)
                 made.append(speech.copy())
                 if not self._left:
-                    self.prompts.put(key, np.concatenate(made), persist=self.persist_prompts)
+                    self.prompts.put(key, np.concatenate(made), persist=self.persist_prompts,
+                                     words=timed)
             yield speech, front_chars, front_s, False
 
     def _synthesize(self, n: int, clause: Clause) -> Iterator[tuple[np.ndarray, int, float]]:
