@@ -171,7 +171,7 @@ def expiry(month: str, yr: str) -> str:
 
 # -- amounts before a noun -------------------------------------------------------------------
 AMOUNT_NOUN_RE = re.compile(
-    r"(?:\b(an?)\s+)?(?<![\w.,])([$€£])(\d{1,3}(?:,\d{3})+|\d+)(?![\d.,]\d|[\w%])"
+    r"(?:\b([Aa]n?)\s+)?(?<![\w.,])([$€£])(\d{1,3}(?:,\d{3})+|\d+)(?![\d.,]\d|[\w%])"
     r"(?=\s+([a-z][a-z-]*))")
 """"a $100 gift card", "the $25 late fee": an amount before a noun it describes."""
 AMOUNT_NOUNS = frozenset((

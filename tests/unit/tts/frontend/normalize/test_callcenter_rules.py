@@ -13,6 +13,7 @@ from cosyvoiced.tts.frontend.normalize import normalize_text
     ("a $100 gift card", "a one hundred dollar gift card"),
     ("The $25 late fee applies.", "The twenty five dollar late fee applies."),
     ("an €80 voucher", "an eighty euro voucher"),
+    ("A $40 bottle of wine.", "A forty dollar bottle of wine."),
     ("We have credited $25 to your account.", "We have credited twenty five dollars to your account."),
     ("You will save $5 a month.", "You will save five dollars a month."),
 ])
