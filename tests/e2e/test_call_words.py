@@ -139,19 +139,26 @@ def test_a_say_that_plays_out_reports_all_its_words_at_any_speed(daemon):
         await peer.connect()
         cid = str(peer.call.call_id)
         player = asyncio.create_task(peer.play(np.zeros(8000 * 30, dtype=np.int16)))
-        dones, spans = [], []
-        for speed in (1.0, 2.0):
-            asked = time.monotonic()
-            say_id = await _say(http, cid, SHORT, speed=speed)
-            dones.append(await _wait(events, say_id, "playback_done"))
-            spans.append(said_span(peer.call, asked)[1])
+        dones, spans, on_ws = [], [], []
+        async with ClientSession(timeout=ClientTimeout(total=60)) as s:
+            ws = await s.ws_connect(f"{http}/v1/calls/events?call={cid}")
+            assert (await ws.receive_json())["type"] == "ready"
+            for speed in (1.0, 2.0):
+                asked = time.monotonic()
+                say_id = await _say(http, cid, SHORT, speed=speed)
+                dones.append(await _wait(events, say_id, "playback_done"))
+                spans.append(said_span(peer.call, asked)[1])
+                while sum(e["type"] == "playback_done" for e in on_ws) < len(dones):
+                    on_ws.append(await asyncio.wait_for(ws.receive_json(), 10))
+            await ws.close()
         player.cancel()
         await peer.hangup()
         stop.set()
         watcher.cancel()
-        return dones, spans
+        return dones, spans, [e for e in on_ws if e["type"] == "playback_done"]
 
-    dones, spans = asyncio.run(main())
+    dones, spans, on_ws = asyncio.run(main())
+    assert on_ws == dones  # the same event on the WebSocket as on SSE
     for done, got_s in zip(dones, spans, strict=True):
         print(f"heard {done['heard_s']:.2f} s, the peer got {got_s:.2f} s, "
               f"{len(done['words'])} words")
