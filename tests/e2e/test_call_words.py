@@ -112,8 +112,9 @@ def test_a_caller_who_cuts_in_heard_a_prefix_ending_at_the_barge_in(daemon):
     assert done["reason"] == "barge_in"
     assert 3 <= len(words) < len(LONG_GREETING.split())
     _check_spans(LONG_GREETING, words)
-    # the audio counted as sent is what the peer got (a pause it was cut in: silence)
-    assert got_s - 0.03 <= done["heard_s"] <= got_s + 0.8
+    # the audio counted as sent is what the peer got (a pause it was cut in: silence; a
+    # frame padded at an underrun on a loaded box: up to 20 ms more at the peer each)
+    assert got_s - 0.1 <= done["heard_s"] <= got_s + 0.8
     for w in words:  # each heard word's audio reached the peer (the cut one: its start)
         assert (w["start"] if w["partial"] else w["end"]) <= got_s + 0.05, w
     assert not any(w["partial"] for w in words[:-1])
@@ -166,7 +167,7 @@ def test_a_say_that_plays_out_reports_all_its_words_at_any_speed(daemon):
         assert len(done["words"]) == len(SHORT.split())
         _check_spans(SHORT, done["words"])
         assert not any(w["partial"] for w in done["words"])
-        assert got_s - 0.03 <= done["heard_s"] <= got_s + 0.5  # the tail: silence
+        assert got_s - 0.1 <= done["heard_s"] <= got_s + 0.5  # the tail: silence
         assert done["words"][-1]["end"] <= done["heard_s"]
     assert dones[1]["heard_s"] < 0.7 * dones[0]["heard_s"]  # twice as fast
 
