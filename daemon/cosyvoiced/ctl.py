@@ -90,6 +90,8 @@ def format_status(st: dict[str, Any]) -> str:
     lines += [f"  {s['id']}  {s['kind']}  {s['age_s']:.1f} s" for s in streams["list"]]
     if "workers" in st:
         lines.append(f"workers:  {st['workers'].get('summary', '')}")
+        engines = sorted({w["engine"] for w in st["workers"].get("workers", []) if w.get("engine")})
+        lines.append(f"engine:   {', '.join(engines) or 'not reported'}")
     stalled = st.get("health", {}).get("stalled", [])
     lines.append(f"health:   {'ok' if not stalled else 'stalled: ' + ', '.join(stalled)}")
     return "\n".join(lines)

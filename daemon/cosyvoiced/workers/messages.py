@@ -117,6 +117,9 @@ class Ready:
     """Cost of one VAD window in the warm-up run."""
     threads: int
     """OS threads in the worker after loading its sessions."""
+    engine: str = ""
+    """The default voice's engine variant as loaded: "fp32", "bf16" or "int8" ("": not
+    loaded, no warm-up)."""
 
 
 @dataclass(frozen=True)

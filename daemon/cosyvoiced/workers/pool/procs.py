@@ -167,6 +167,7 @@ class Slot:
             "late_steps": int(p.stats.get("late")) if p and p.ready else 0,
             "heartbeat_age_s": round(now - self.heartbeat_s(), 3),
             "threads": p.ready_msg.threads if p and p.ready_msg else None,
+            "engine": p.ready_msg.engine or None if p and p.ready_msg else None,
         }
 
     def heartbeat_s(self) -> float:

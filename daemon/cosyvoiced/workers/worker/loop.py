@@ -140,7 +140,17 @@ class Worker:
         self.stats.set("asr_rtf", self.meter.asr_rtf)
         self.stats.set("speech_share", self.meter.speech_share)
         self._send(m.Ready(self.index, os.getpid(), self.cpus, rtf, vad_us,
-                           thread_count()))
+                           thread_count(), self._engine_variant()))
+
+    def _engine_variant(self) -> str:
+        """What the default voice runs as, if the warm-up loaded it: int8 (the kept INT8
+        model), bf16 (its vocoder on OpenVINO's bf16) or fp32."""
+        if not self.setup.warm_up:
+            return ""
+        voice = self.engine.voice()
+        if voice.precision == "int8":
+            return "int8"
+        return "bf16" if voice.split is not None and voice.split.vocoder == "bf16" else "fp32"
 
     # --- the loop -----------------------------------------------------------------
 
