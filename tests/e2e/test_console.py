@@ -1,7 +1,8 @@
 """The web console in headless Chromium (Debian's, driven by Playwright) on a real daemon
 with a token: the login, speech heard as it streams with its words lit in order, bad
-input answered in the page, a live call listed and hung up, and not one request anywhere
-but the daemon."""
+input answered in the page, the microphone (a prompt as Chromium's fake capture) and an
+uploaded file transcribed, a live call listed, spoken into, barged in on and hung up, and
+not one request anywhere but the daemon."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import base64
 import json
 import re
 import threading
+import wave
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -17,8 +19,10 @@ from urllib.parse import urlsplit
 import numpy as np
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
+from tools.wer import edit_distance, scoring_text
 
 from cosyvoiced.testing.audiosocket_peer import Peer
+from cosyvoiced.testing.prompts import SOUNDS, prompt_samples, prompts
 from cosyvoiced.tts.request import WordTime
 from cosyvoiced.tts.streaming.subtitles import subtitles
 from tests.fixtures.daemon import DaemonProcess, ready_daemon
@@ -29,6 +33,18 @@ TEXT = ("Hello. Thank you for calling. Your order will arrive on Tuesday afterno
         "between two and four.")
 RATE_HZ = 24000
 WAIT_MS = 30_000
+MIC_PROMPT = "conf-getconfno"
+"""What Chromium's fake microphone says (one sentence, no pause inside it)."""
+UPLOAD_PROMPT = "auth-incorrect"
+
+
+def wer(ref: str, hyp: str) -> float:
+    words = scoring_text(ref).split()
+    return edit_distance(words, scoring_text(hyp).split()) / len(words)
+
+
+def text_of(name: str) -> str:
+    return next(p.text for p in prompts() if p.name == name)
 
 
 @pytest.fixture(scope="module")
@@ -47,16 +63,35 @@ REQUESTS: list[str] = []
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
+def mic_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The microphone prompt as a WAV Chromium's fake capture reads (16-bit, 48 kHz), with
+    1 s of silence before and 2.5 s after (it loops the file)."""
+    rate = 48000
+    speech = prompt_samples(MIC_PROMPT, rate)
+    audio = np.concatenate([np.zeros(rate), speech, np.zeros(rate * 5 // 2)])
+    path = tmp_path_factory.mktemp("mic") / "mic.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    return path
+
+
+@pytest.fixture(scope="module")
+def browser(mic_wav: Path) -> Iterator[Browser]:
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM,
-                              args=["--autoplay-policy=no-user-gesture-required"])
+                              args=["--autoplay-policy=no-user-gesture-required",
+                                    "--use-fake-device-for-media-stream",
+                                    "--use-fake-ui-for-media-stream",
+                                    f"--use-file-for-fake-audio-capture={mic_wav}"])
         yield b
         b.close()
 
 
 def open_page(browser: Browser, origin: str) -> Page:
-    page = browser.new_context().new_page()
+    page = browser.new_context(permissions=["microphone"]).new_page()
     page.on("request", lambda r: REQUESTS.append(r.url))
     page.goto(origin + "/")
     return page
@@ -95,7 +130,17 @@ def sse_events(body: bytes) -> list[dict]:
             if line.startswith("data:")]
 
 
-def test_without_the_token_the_page_shows_the_login_and_every_call_is_401(browser, origin):
+def logged_engine(daemon: DaemonProcess) -> str:
+    """The variant the workers' `voice_loaded` lines say the default voice runs as."""
+    loaded = [e for e in daemon.log_events() if e.get("event") == "voice_loaded"]
+    assert loaded, "no voice_loaded in the log"
+    variants = {"int8" if e["precision"] == "int8" else
+                "bf16" if e.get("vocoder") == "bf16" else "fp32" for e in loaded}
+    return ", ".join(sorted(variants))
+
+
+def test_without_the_token_the_page_shows_the_login_and_every_call_is_401(browser, origin,
+                                                                          daemon):
     page = open_page(browser, origin)
     answers: list[tuple[str, int]] = []
     page.on("response", lambda r: answers.append((urlsplit(r.url).path, r.status)))
@@ -116,6 +161,7 @@ def test_without_the_token_the_page_shows_the_login_and_every_call_is_401(browse
     assert page.inner_text("#st-state") == "ready"
     assert re.fullmatch(r"1/1 up, restarts 0", page.inner_text("#st-workers"))
     assert re.fullmatch(r"\d+% spare, \d+ calls max", page.inner_text("#st-capacity"))
+    assert page.inner_text("#st-engine") == logged_engine(daemon)
     assert page.evaluate("sessionStorage.getItem('cosyvoiced.token')") == TOKEN
     page.context.close()
 
@@ -198,6 +244,28 @@ def test_every_control_is_labelled_and_the_page_fits_a_phone(page):
         page.set_viewport_size({"width": 1280, "height": 720})
 
 
+def test_the_microphone_is_transcribed_live_and_a_file_on_upload(page):
+    page.click("#listen-go")  # Chromium's fake microphone says MIC_PROMPT, then silence
+    page.wait_for_selector("#listen[data-state='live']", timeout=WAIT_MS)
+    page.wait_for_selector("#listen[data-sound='1']", timeout=WAIT_MS)  # the meter moved
+    page.wait_for_selector("#vad.on", timeout=WAIT_MS)  # the daemon's VAD heard speech
+    page.wait_for_selector("#transcript li", timeout=WAIT_MS)
+    page.click("#listen-stop")
+    page.wait_for_selector("#listen[data-state='stopped']", timeout=WAIT_MS)
+    heard = page.inner_text("#transcript li:first-child")
+    assert wer(text_of(MIC_PROMPT), heard) <= 0.10, heard
+    times = page.eval_on_selector_all("#transcript li:first-child span", "s => s.map(x => x.title)")
+    starts = [float(t.split("–")[0]) for t in times]  # word times on hover, in stream time
+    assert len(times) == len(heard.split()) and starts == sorted(starts) and starts[0] > 0.5
+    with page.expect_response(lambda r: r.url.endswith("/v1/audio/transcriptions")) as sent:
+        page.set_input_files("#upload", str(SOUNDS / f"{UPLOAD_PROMPT}.wav"))
+        page.click("#upload-go")
+    assert sent.value.status == 200
+    page.wait_for_selector("#listen[data-upload='done']", timeout=WAIT_MS)
+    assert wer(text_of(UPLOAD_PROMPT), page.inner_text("#upload-text")) <= 0.10
+    assert page.get_attribute("#upload-text span", "title")
+
+
 @pytest.fixture
 def peer_loop() -> Iterator[asyncio.AbstractEventLoop]:
     """An event loop on its own thread for AudioSocket peers (the page's calls are sync)."""
@@ -233,6 +301,52 @@ def test_a_call_is_listed_and_hung_up_from_the_page(page, daemon, peer_loop):
         assert page.inner_text("#calls-msg") == "No call right now."
     finally:
         talking.cancel()
+        run(peer.close())
+
+
+def test_a_say_is_barged_in_on_and_call_text_shows_only_when_asked(page, daemon, peer_loop):
+    sock = next(x for x in daemon.listeners() if x.startswith("audiosocket://"))
+    host, port = sock.removeprefix("audiosocket://").rsplit(":", 1)
+    peer = Peer(host, int(port))
+    prompt = next(p for p in prompts() if p.name == "agent-user")
+    speech = np.concatenate([(prompt.samples() * 32767).astype(np.int16),
+                             np.zeros(8000, dtype=np.int16)])
+
+    def run(coro, timeout_s: float = 20.0):
+        return asyncio.run_coroutine_threadsafe(coro, peer_loop).result(timeout_s)
+
+    run(peer.connect())
+    quiet = asyncio.run_coroutine_threadsafe(peer.play(np.zeros(8000 * 30, dtype=np.int16)),
+                                             peer_loop)
+    try:
+        assert not page.is_checked("#call-text")
+        page.wait_for_selector("#say-form:not([hidden])", timeout=WAIT_MS)
+        page.fill("#say-text", "Your order ships today, and it should arrive on Tuesday "
+                  "afternoon, between two and four, at the front desk.")
+        page.click("#say-go")
+        page.wait_for_selector("#calls-rows td:has-text('speaking')", timeout=WAIT_MS)
+        quiet.cancel()
+        run(peer.play(speech))  # the caller talks over it
+        page.wait_for_selector("#call-notes li[data-kind='barge']", timeout=WAIT_MS)
+        heard = page.inner_text("#call-notes li[data-kind='heard']")
+        assert re.search(r"\(barge_in\): the caller heard \d+\.\d s, \d+ words?$", heard), heard
+        page.wait_for_selector("#calls[data-transcripts]", timeout=WAIT_MS)
+        assert page.query_selector("#call-notes li[data-kind='transcript']") is None
+        page.check("#call-text")  # the operator asks (the page holds the token)
+        run(peer.play(speech))
+        page.wait_for_selector("#call-notes li[data-kind='transcript']", timeout=WAIT_MS)
+        said = page.inner_text("#call-notes li[data-kind='transcript']")
+        assert wer(prompt.text, said.split("“", 1)[1].rstrip("”")) <= 0.25, said
+        page.fill("#say-text", "Please hold while I look that up for you, it may take a while.")
+        page.click("#say-go")
+        page.wait_for_selector("#calls-rows td:has-text('speaking')", timeout=WAIT_MS)
+        page.wait_for_timeout(1500)  # its first words go out
+        page.click("#say-stop")
+        page.wait_for_selector("#call-notes li[data-kind='heard']:has-text('(stopped)')",
+                               timeout=WAIT_MS)
+        assert "“Please" in page.inner_text("#call-notes li[data-kind='heard']")
+    finally:
+        quiet.cancel()
         run(peer.close())
 
 

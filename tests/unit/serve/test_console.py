@@ -96,5 +96,6 @@ def test_page_loads_only_its_own_files_and_weighs_under_250_kb():
         assert not re.search(r"(https?:)?//[a-z0-9.-]+\.[a-z]{2,}", text, re.I), name
         wanted |= set(re.findall(r'(?:src|href)="/console/([\w.-]+)"', text))
         wanted |= set(re.findall(r'from "\./([\w.-]+)"', text))
+        wanted |= set(re.findall(r'addModule\("/console/([\w.-]+)"\)', text))  # worklets
     assert wanted and wanted <= set(assets), wanted - set(assets)
     assert set(assets) - wanted == {"index.html"}  # nothing shipped that nothing loads

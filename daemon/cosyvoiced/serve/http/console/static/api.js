@@ -35,8 +35,8 @@ async function failure(resp) {
 }
 
 /** A request to the daemon; resolves with the Response when it is 2xx. */
-export async function call(path, { method = "GET", json, signal } = {}) {
-  const init = { method, signal, headers: headers(), credentials: "same-origin", cache: "no-store" };
+export async function call(path, { method = "GET", json, body, signal } = {}) {
+  const init = { method, signal, body, headers: headers(), credentials: "same-origin", cache: "no-store" };
   if (json !== undefined) {
     init.headers.set("Content-Type", "application/json");
     init.body = JSON.stringify(json);

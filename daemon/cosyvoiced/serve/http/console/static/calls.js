@@ -1,7 +1,9 @@
 // The Calls panel: the live AudioSocket calls (GET /v1/calls), asked again at once on
 // each event of the calls' WebSocket and polled while the page is visible, each with a
-// button that hangs it up.
-import { call, getJson, openSocket } from "./api.js";
+// button that hangs it up; a box to say something into a call or stop it; notes of
+// barge-ins and (when asked for, signed in) what was said.
+import { call, getJson, openSocket, token } from "./api.js";
+import { CallNotes, noteFor } from "./callnotes.js";
 
 export const POLL_MS = 2000;
 const LIVE_POLL_MS = 5000; // while the event WebSocket is up
@@ -16,7 +18,26 @@ export class CallsPanel {
     this.ws = null;
     this.retry = null;
     this.stopped = false;
+    this.notes = new CallNotes($("call-notes"));
     document.addEventListener("visibilitychange", () => this.schedule(0));
+    $("say-form").addEventListener("submit", (e) => { e.preventDefault(); this.say(); });
+    $("say-stop").addEventListener("click", () => this.act("stop"));
+    $("call-text").addEventListener("change", () => this.textAllowed());
+  }
+
+  /** Words and transcripts show only when the box is ticked and the page has the token. */
+  textAllowed() {
+    const signedIn = Boolean(token());
+    $("call-text").disabled = !signedIn;
+    $("call-text-why").hidden = signedIn;
+    return signedIn && $("call-text").checked;
+  }
+
+  event(ev) {
+    const calls = $("calls");
+    if (ev.type === "transcript") calls.dataset.transcripts = String(Number(calls.dataset.transcripts || 0) + 1);
+    const note = noteFor(ev, this.textAllowed());
+    if (note) this.notes.add(note);
   }
 
   start() {
@@ -36,8 +57,9 @@ export class CallsPanel {
   connect() {
     if (this.off || this.stopped || this.ws) return;
     const ws = this.ws = openSocket("/v1/calls/events");
-    ws.onmessage = () => {
+    ws.onmessage = (e) => {
       $("calls").dataset.live = "1";
+      this.event(JSON.parse(e.data));
       this.schedule(50);
     };
     ws.onclose = () => {
@@ -98,6 +120,9 @@ export class CallsPanel {
       return tr;
     });
     $("calls-rows").replaceChildren(...rows);
+    const pick = $("say-call"), was = pick.value;
+    pick.replaceChildren(...calls.map((c) => new Option(c.id.slice(0, 8), c.id, false, c.id === was)));
+    $("say-form").hidden = !calls.length;
     $("calls-table").hidden = !calls.length;
     this.message(calls.length ? "" : "No call right now.");
     $("calls").dataset.polls = String(Number($("calls").dataset.polls || 0) + 1);
@@ -109,6 +134,24 @@ export class CallsPanel {
       await call(`/v1/calls/${encodeURIComponent(id)}/hangup`, { method: "POST" });
     } catch (err) {
       if (err.status !== 404) this.message(`Could not hang up: ${err.message}`, true);
+    }
+    this.schedule(0);
+  }
+
+  async say() {
+    const text = $("say-text").value.trim();
+    if (!text || !$("say-call").value) return;
+    await this.act("say", { text });
+  }
+
+  async act(what, json) {
+    const id = $("say-call").value;
+    if (!id) return;
+    try {
+      await call(`/v1/calls/${encodeURIComponent(id)}/${what}`, { method: "POST", json: json || {} });
+      this.message(what === "say" ? "Saying it into the call." : "Stopped.");
+    } catch (err) {
+      this.message(`Could not ${what}: ${err.message}`, true);
     }
     this.schedule(0);
   }

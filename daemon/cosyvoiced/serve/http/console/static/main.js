@@ -1,11 +1,12 @@
 // The console's entry: sign in when the API asks for a token, then the panels.
 import { ApiError, getJson, onUnauthorized, setToken, token } from "./api.js";
 import { CallsPanel } from "./calls.js";
+import { ListenPanel } from "./listen.js";
 import { SpeakPanel } from "./speak.js";
 import { StatusPanel } from "./status.js";
 
 const $ = (id) => document.getElementById(id);
-let speak = null, status = null, calls = null;
+let speak = null, status = null, calls = null, listen = null;
 
 function showLogin(refused) {
   $("panels").hidden = true;
@@ -13,6 +14,7 @@ function showLogin(refused) {
   $("signout").hidden = true;
   if (status) clearTimeout(status.timer);
   if (calls) calls.stop();
+  if (listen) listen.release();
   const notice = $("notice");
   notice.hidden = !refused;
   notice.textContent = refused && token() ? "That token was refused." : "Sign in to use the API.";
@@ -36,6 +38,8 @@ async function start() {
   speak ||= new SpeakPanel();
   status ||= new StatusPanel();
   calls ||= new CallsPanel();
+  listen ||= new ListenPanel();
+  calls.textAllowed();
   speak.loadVoices().catch((err) => speak.message(`No voice list: ${err.message}`, true));
   status.poll();
   calls.start();
