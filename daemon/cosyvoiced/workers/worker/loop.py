@@ -222,7 +222,7 @@ class Worker:
         """The TTS streams' owed share of the worker (`TtsScheduler.owed`), admission's
         load: more often than the other figures, as it moves with every request."""
         self._owed_at = now
-        self.stats.set("owed", self.tts.owed(now, self.meter.rtf))
+        self.stats.set("owed", self.tts.owed(self.meter.rtf))
         self.stats.set("owed_at_s", now)
 
     def _publish_stats(self) -> None:
