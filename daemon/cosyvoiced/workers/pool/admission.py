@@ -67,10 +67,11 @@ class WorkerLoad:
         return self.owed + self.new * self.rtf + self.listening * self.listen_cost()
 
     def tts_capacity(self, busy_max: float) -> int:
-        """Concurrent speaking streams this worker can carry in real time."""
+        """Concurrent speaking streams this worker can carry in real time beside its
+        listen streams."""
         if not self.alive or self.rtf <= 0:
             return 0
-        return int(busy_max / self.rtf)
+        return max(0, int((busy_max - self.listening * self.listen_cost()) / self.rtf))
 
 
 class Admission:

@@ -1,12 +1,16 @@
 """What a worker's TTS streams owe it: admission's load (`WorkerLoad.owed`).
 
-For each stream with work, the synthesis of what it still has to say over the time until
-its listener has heard it (the audio ahead of the listener plus that speech), summed.
-Above 1 some listener will run dry whatever the order; a stream with everything made
-(only playing out) owes nothing. A request whose first audio is not out has until its
-first-audio budget to start playing (the scheduler's own deadline,
-`TtsStream.deadline_s`): a burst of new requests is started one after another, not
-refused. Figures: docs/performance.md ("Figures behind the code").
+Each stream with synthesis left owes its own rate, the synthesis of what it still has to
+say per second of that speech (its RTF over what is left: fronts counted, copies from the
+prompt cache free); a stream with all its audio made (only playing out) owes nothing.
+The audio a stream has ahead of its listener, and a new request's first-audio budget, are
+not counted as room: they are slack for the order of the steps (the scheduler's
+deadlines, `TtsStream.deadline_s`), spent once, while a stream with speech left needs its
+rate for as long as it speaks. Counted as room (the synthesis left over the time until
+its listener has heard it), a burst of long streams was admitted past what the worker
+carries and each of them underran; a worker whose streams owe more than `busy_max`
+of it cannot keep them in real time with the margin admission keeps. Figures:
+docs/performance.md ("Figures behind the code").
 """
 
 from __future__ import annotations
@@ -20,10 +24,9 @@ SPEECH_S_PER_CHAR = 0.065
 """Speech per character of a request not started yet, until the worker has measured it."""
 
 
-def owed(streams: Iterable[TtsStream], costs: ClauseCosts, now_s: float, rtf: float,
-         budget_s: float) -> float:
-    """The share of the worker's time `streams` need from now on (`rtf`: the worker's
-    measured TTS RTF, for steps `costs` cannot price yet; `budget_s`: first audio)."""
+def owed(streams: Iterable[TtsStream], costs: ClauseCosts, rtf: float) -> float:
+    """The share of the worker's time `streams` need while they speak (`rtf`: the worker's
+    measured TTS RTF, for steps `costs` cannot price yet)."""
     total = 0.0
     for stream in streams:
         if not stream.has_work():
@@ -33,8 +36,7 @@ def owed(streams: Iterable[TtsStream], costs: ClauseCosts, now_s: float, rtf: fl
             c, t = _left(job, stream.rate_hz, costs, rtf)
             cost_s, speech_s = cost_s + c, speech_s + t
         if speech_s > 0.0:
-            until_s = stream.deadline_s(now_s, stream.ahead_s(now_s), budget_s)
-            total += cost_s / (speech_s + max(0.0, until_s))
+            total += cost_s / speech_s
     return total
 
 

@@ -165,9 +165,9 @@ class TtsScheduler:
     def queued(self) -> int:
         return sum(1 for s in self.streams.values() if s.has_work())
 
-    def owed(self, now_s: float, rtf: float) -> float:
+    def owed(self, rtf: float) -> float:
         """What the streams owe: admission's load (`owed.owed`)."""
-        return owed(self.streams.values(), self.costs, now_s, rtf, self.first_audio_s)
+        return owed(self.streams.values(), self.costs, rtf)
 
     def slack_s(self, stream: TtsStream, now_s: float, ahead_s: float,
                 budget_s: float | None = None) -> float:
