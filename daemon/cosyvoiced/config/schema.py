@@ -94,9 +94,9 @@ class WorkersConfig:
     other stream on its worker (80 chars: about 3.5 s of speech)."""
     admit_busy_max: float = opt(0.9, min=0.05, max=4.0, live=True)
     """Refuse new streams/requests when a worker's load with one more would exceed this,
-    in core-seconds per second of its CPUs: load = what its TTS streams owe (synthesis
-    left over the time until their listeners have heard it) + TTS RTF per stream begun
-    since + listen streams x (VAD + speech share x Whisper RTF)."""
+    in core-seconds per second of its CPUs: load = what its TTS streams owe (each with
+    speech left to make, its RTF over it) + TTS RTF per stream begun since + listen
+    streams x (VAD + speech share x Whisper RTF)."""
     spare: bool = opt(True)
     """Keep one warm spare worker that takes over a dead worker's slot at once."""
     template: bool = opt(True)

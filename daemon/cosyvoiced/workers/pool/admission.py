@@ -1,15 +1,17 @@
 """Load-based admission: who takes a new stream or request, or a typed `Overloaded`.
 
 Every figure is in one currency, core-seconds per second (a fraction of the worker's
-CPUs). A worker's load is what its streams need of it from now on: what its TTS streams
-owe (`TtsScheduler.owed`: for each, the synthesis of what it has left to say over the
-time until its listener has heard it; a stream with all its audio made owes nothing),
-`rtf` for each stream that began to speak since that figure was published, and for each
-listen stream `VAD windows per second x cost + speech share x Whisper RTF`. A call is the
-sum of its listen stream and its replies. Each worker measures its TTS real-time factor
-(RTF: synthesis seconds per second of speech, wall time, so a core shared with other
-work shows), its VAD cost per window, its Whisper RTF (decode CPU seconds per second of
-speech) and how much of a listen stream's time is speech to decode.
+CPUs). A worker's load is what its streams need of it while they speak: what its TTS
+streams owe (`TtsScheduler.owed`: each stream with speech left to make at its own RTF
+over that speech; audio ahead of a listener and a new request's first-audio budget are
+not room; a stream with all its audio made owes nothing), `rtf` for each stream that
+began to speak since that figure was published, and for each listen stream `VAD windows
+per second x cost + speech share x Whisper RTF`. A call is the sum of its listen stream
+and its replies. Each worker measures its TTS real-time factor (RTF: synthesis seconds
+per second of speech, wall time, so a core shared with other work shows; at start on a
+warm run of the variant it loaded, then on every step it makes), its VAD cost per window,
+its Whisper RTF (decode CPU seconds per second of speech) and how much of a listen
+stream's time is speech to decode.
 
 The measured CPU busy fraction (`busy`, with the steps made ahead of every deadline
 shown apart as `ahead`) is reported, not admitted by: once requests queue for their
