@@ -163,7 +163,7 @@ def test_an_idle_daemon_hands_a_download_out_as_fast_as_it_makes_it(shared, daem
         took_s, audio_s = download.result()
     assert audio_s > (25.0 if work_conserving else 13.0), audio_s
     # what the stream owes (admission's load) while it has speech left to make, nothing
-    # once it is all made: paced, its RTF (~0.1) until then; drained at once, little
+    # once it is all made: its RTF (~0.1) until then, paced or drained at once
     assert max(owed) <= 1.0, owed
     if not work_conserving:
         assert max(owed) > 0.02, owed
