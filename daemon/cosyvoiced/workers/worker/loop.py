@@ -145,6 +145,7 @@ class Worker:
         self.stats.set("vad_us", vad_us)
         self.stats.set("asr_rtf", self.meter.asr_rtf)
         self.stats.set("speech_share", self.meter.speech_share)
+        self.stats.beat(time.monotonic())  # the hang check starts at Ready: not from a stale beat
         self._send(m.Ready(self.index, os.getpid(), self.cpus, rtf, vad_us,
                            thread_count(), self._engine_variant()))
 
