@@ -1,6 +1,6 @@
 // Plays 16-bit PCM chunks as they arrive: each one scheduled right after the last on
 // one Web Audio clock, so the first is heard before the rest has come.
-const LEAD_S = 0.05; // first chunk: this far ahead, so it starts whole
+const LEAD_S = 0; // the first chunk at once (a start already past plays at once, whole)
 
 export class Player {
   constructor(rateHz) {
@@ -16,11 +16,12 @@ export class Player {
     this.samples = 0;
     this.gaps = 0; // chunks that came after the audio before them had run out
     this.endedAt = null; // context time the last scheduled chunk ended
+    this.firstSoundMs = null; // performance.now() time the first chunk reaches the output
     this.onended = null;
   }
 
   async open() {
-    if (!this.ctx) this.ctx = new AudioContext();
+    if (!this.ctx) this.ctx = new AudioContext({ latencyHint: 0 }); // the least the device allows
     if (this.ctx.state !== "running") await this.ctx.resume();
   }
 
@@ -37,6 +38,10 @@ export class Player {
     src.buffer = buf;
     src.connect(ctx.destination);
     src.start(at);
+    if (!this.chunks.length) {
+      const ts = ctx.getOutputTimestamp(); // what the output plays now, on both clocks
+      if (ts.performanceTime > 0) this.firstSoundMs = ts.performanceTime + (Math.max(at, now) - ts.contextTime) * 1000;
+    }
     src.onended = () => this._ended(src);
     this.chunks.push({ at, offset: this.samples / this.rateHz, dur: buf.duration });
     this.sources.push(src);

@@ -71,11 +71,12 @@ export class SpeakPanel {
     const t0 = this.t0 = performance.now();
     const run = this.run = (this.run || 0) + 1;
     try {
-      await this.player.open();
+      const opened = this.player.open(); // while the request goes (resuming audio takes a while)
       const resp = await call("/v1/audio/speech", {
         method: "POST", signal: abort.signal,
         json: { ...this.request, response_format: "pcm", stream_format: "sse" },
       });
+      await opened;
       this.tick(run);
       for await (const ev of events(resp)) {
         if (ev.type === "speech.audio.delta") this.audio(pcmOf(ev.audio), t0);
@@ -128,7 +129,8 @@ export class SpeakPanel {
       if (run !== this.run || state === "error" || state === "stopped") return;
       const pos = player.position();
       if (pos >= 0 && !this.root.dataset.audioStartedMs) {
-        this.root.dataset.audioStartedMs = (performance.now() - this.t0).toFixed(1);
+        const at = player.firstSoundMs !== null ? Math.min(player.firstSoundMs, performance.now()) : performance.now();
+        this.root.dataset.audioStartedMs = (at - this.t0).toFixed(1);
       }
       const spans = $("words").children;
       while (this.heard.length < this.words.length && this.words[this.heard.length].start <= pos) {
