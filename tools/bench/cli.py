@@ -17,7 +17,7 @@ from tools.bench.report import Report
 
 SUITES = ("tts", "download", "prompts", "io", "streams", "sched", "features", "asr", "listen",
           "calls", "encode", "scaleout", "language",
-          "memory", "tn", "words", "ttswords", "judge", "tncost", "bargein")
+          "memory", "tn", "words", "ttswords", "judge", "tncost", "bargein", "console")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,160 @@
+"""The web console's cost: click-to-first-sound in the page against the API's own first
+audio for the same text, and what ten open tabs cost the daemon at idle.
+
+First sound: the Speak panel's `audioStartedMs` (from pressing Speak to the Web Audio
+clock passing the first chunk's start), against the time from sending the same
+`POST /v1/audio/speech` (pcm, sse) to its first `speech.audio.delta`, measured from Python
+on the same box; alternated, medians of the repeats. Idle: CPU ticks of the daemon's main
+process and its workers (`/proc/PID/stat` utime + stime) over a window with no page open,
+then with the console open (signed in, panels polling) on 10 tabs of headless Chromium
+(Debian's). Target: first sound <= 1.2x the API's; 10 tabs <= 2% of a core.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from tools.bench.calls import Daemon
+from tools.bench.report import Report, cpu_flags
+
+CHROMIUM = "/usr/bin/chromium"
+TEXT = "Thank you for calling. Your order will arrive on Tuesday afternoon."
+REPEATS = 15
+TABS = 10
+IDLE_S = 30.0
+WAIT_MS = 60_000
+SETTLE_S = 1.0
+"""Pause before each request: the one before has left the worker idle."""
+
+
+def cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user + system) the processes used so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def idle_core_percent(pids: list[int], seconds: float) -> float:
+    before = cpu_s(pids)
+    time.sleep(seconds)
+    return (cpu_s(pids) - before) / seconds * 100
+
+
+def api_first_audio_ms(http: str) -> float:
+    """From sending the request to its first audio event (the API's own first audio)."""
+    import urllib.request
+
+    body = json.dumps({"model": "tts-1", "input": TEXT, "voice": "alloy",
+                       "response_format": "pcm", "stream_format": "sse"}).encode()
+    req = urllib.request.Request(f"{http}/v1/audio/speech", data=body,
+                                 headers={"Content-Type": "application/json"})
+    t0 = time.perf_counter()
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        first = None
+        for line in resp:
+            if first is None and line.startswith(b"data:") and b"speech.audio.delta" in line:
+                first = (time.perf_counter() - t0) * 1000
+        assert first is not None, "no audio"
+    return first
+
+
+def page_first_sound_ms(page) -> tuple[float, float]:  # noqa: ANN001 - a Playwright Page
+    """(click to first sound, click to first audio received) in the page, ms."""
+    page.fill("#text", TEXT)
+    page.click("#speak-go")
+    page.wait_for_selector("#speak[data-state='done']", timeout=WAIT_MS)
+    return (float(page.get_attribute("#speak", "data-audio-started-ms")),
+            float(page.get_attribute("#speak", "data-first-audio-ms")))
+
+
+RAW_FETCH = """async (text) => {
+  const t0 = performance.now();
+  const resp = await fetch("/v1/audio/speech", {method: "POST", headers: {"Content-Type":
+    "application/json"}, body: JSON.stringify({model: "tts-1", input: text, speed: 1,
+    response_format: "pcm", stream_format: "sse"})});
+  const reader = resp.body.getReader(), dec = new TextDecoder();
+  let buf = "", first = null;
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) break;
+    buf += dec.decode(value, {stream: true});
+    if (first === null && buf.includes("speech.audio.delta")) first = performance.now() - t0;
+  }
+  return first;
+}"""
+"""The same request by a bare `fetch` in the page: the browser's part of the page's time."""
+
+
+def run(quick: bool) -> Report:
+    from playwright.sync_api import sync_playwright
+
+    repeats, idle_s = (3, 8.0) if quick else (REPEATS, IDLE_S)
+    report = Report("console", ["measure", "median", "runs"])
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Daemon(Path(tmp))
+        try:
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=CHROMIUM,
+                                            args=["--autoplay-policy=no-user-gesture-required"])
+                page = browser.new_page()
+                page.goto(d.http + "/")
+                page.wait_for_selector("body[data-ready='1']", timeout=WAIT_MS)
+                page_first_sound_ms(page)  # warm: the first of each is not the steady state
+                api_first_audio_ms(d.http)
+                pages, received, apis, raw = [], [], [], []
+                for k in range(repeats):  # alternated, each from an idle daemon
+                    if k % 2:
+                        time.sleep(SETTLE_S)
+                        apis.append(api_first_audio_ms(d.http))
+                    time.sleep(SETTLE_S)
+                    sound_ms, got_ms = page_first_sound_ms(page)
+                    pages.append(sound_ms)
+                    received.append(got_ms)
+                    if not k % 2:
+                        time.sleep(SETTLE_S)
+                        apis.append(api_first_audio_ms(d.http))
+                    time.sleep(SETTLE_S)
+                    raw.append(page.evaluate(RAW_FETCH, TEXT))
+                latency_ms = 1000 * page.evaluate("(() => { const c = new AudioContext("
+                                                  "{latencyHint: 0}); const s = c.baseLatency"
+                                                  " + (c.outputLatency || 0); c.close(); "
+                                                  "return s; })()")
+                page.close()
+                time.sleep(2.0)
+                none = idle_core_percent(d.pids, idle_s)
+                tabs = [browser.new_page() for _ in range(TABS)]
+                for tab in tabs:
+                    tab.goto(d.http + "/")
+                    tab.wait_for_selector("#status[data-polls]", timeout=WAIT_MS)
+                time.sleep(2.0)
+                ten = idle_core_percent(d.pids, idle_s)
+                browser.close()
+        finally:
+            d.stop()
+    page_ms, api_ms = statistics.median(pages), statistics.median(apis)
+    report.rows += [["page click to first sound ms", round(page_ms, 1), len(pages)],
+                    ["page click to first audio received ms",
+                     round(statistics.median(received), 1), len(received)],
+                    ["API first audio ms", round(api_ms, 1), len(apis)],
+                    ["bare fetch in the page, first audio ms", round(statistics.median(raw), 1),
+                     len(raw)],
+                    ["daemon CPU, no tab, % of a core", round(none, 3), 1],
+                    [f"daemon CPU, {TABS} tabs, % of a core", round(ten, 3), 1]]
+    ratio = page_ms / api_ms
+    extra = ten - none
+    report.figures = {"page_first_sound_ms": pages, "page_first_received_ms": received,
+                      "api_first_audio_ms": apis, "page_bare_fetch_ms": raw, "audio_output_latency_ms": latency_ms,
+                      "idle_window_s": idle_s, "idle_no_tab_pct": none,
+                      f"idle_{TABS}_tabs_pct": ten, "cpu": cpu_flags()}
+    report.notes.append(f"{cpu_flags()}; {len(d.pids)} processes (main + workers)")
+    report.target("first sound page/API", ratio, "<= 1.2", ratio <= 1.2)
+    report.target(f"{TABS} tabs idle, % of a core over no tab", extra, "<= 2", extra <= 2.0)
+    return report
