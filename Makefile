@@ -52,7 +52,7 @@ int8: $(BIN)/.stamp-test
 # past the 60 streams 30 steps of 2 reach).
 bench: $(BIN)/.stamp-test
 	mkdir -p var && rm -f var/bench-failed
-	for s in tts download prompts io streams sched features asr language listen calls encode scaleout memory tn tncost words ttswords judge bargein; do \
+	for s in tts download prompts io streams sched features asr language listen calls encode scaleout memory tn tncost words ttswords judge bargein console; do \
 		$(BIN)/python -m tools.bench $$s || echo $$s >> var/bench-failed; done
 	$(BIN)/python -m tools.loadgen --start-daemon --profile medium --mix tts=1 \
 		--peers piper-http,wyoming-piper,cosyvoiced-noadmit --nice -10 --out var/loadgen-tts --docs
