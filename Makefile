@@ -20,9 +20,12 @@ run: $(BIN)/.stamp-runtime
 	mkdir -p var
 	$(BIN)/cosyvoiced run --config configs/dev.toml
 
+# Unit tests and the e2e modules marked side_by_side run two at a time (pytest-xdist, a
+# module per worker), then every other e2e test alone: they pace real devices and calls.
 test: $(BIN)/.stamp-test
 	$(BIN)/ruff check daemon tests tools
-	$(BIN)/pytest -q --durations=25
+	rc=0; $(BIN)/pytest -q -n 2 --dist loadfile --durations=10 -m "not e2e or side_by_side" || rc=$$?; \
+	$(BIN)/pytest -q --durations=25 -m "e2e and not side_by_side" || rc=$$?; exit $$rc
 
 install: $(BIN)/.stamp-runtime
 install-test: $(BIN)/.stamp-test
@@ -84,7 +87,7 @@ TN_GRAMMARS := nemo_text_processing==1.2.0
 # of the same version copies it (~0.1 s) instead of building again.
 TN_SHELF ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/cosyvoiced/tn
 
-$(BIN)/.stamp-runtime: $(VENV)/.stamp-system pyproject.toml
+$(BIN)/.stamp-runtime: $(VENV)/.stamp-system pyproject.toml daemon/cosyvoiced/tts/frontend/normalize/grammar_build.py
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e .
 	$(BIN)/python -m pip install -q $(TN_BUILD_TOOLS)
