@@ -21,9 +21,10 @@ def test_quick_ramp_writes_json_markdown_and_plots(daemon_factory, repo_root, tm
     from tools.loadgen import cli as loadgen
 
     out = tmp_path / "ramp"
-    # 4 s steps: each step's replies are those downloaded in it (a reply of 3-6 s is made
-    # in about a second), a call's prompt is transcribed within the two steps
-    rc = loadgen.main(["--url", url, "--quick", "--interval-s", "4", "--max-steps", "2",
+    # one 5 s step per ramp (the steps and the knee rule are unit-tested): its replies are
+    # those downloaded in it (a reply of 3-6 s is made in about a second), a call's prompt
+    # is transcribed within it
+    rc = loadgen.main(["--url", url, "--quick", "--interval-s", "5", "--max-steps", "1",
                        "--mix", "call=1,tts=1,wyoming=1", "--peers", "piper-http",
                        "--peer-timeout-s", "10", "--out", str(out)])
     assert rc == 0
@@ -40,12 +41,11 @@ def test_quick_ramp_writes_json_markdown_and_plots(daemon_factory, repo_root, tm
         assert ("piper-http", "piper") in ramps
     for r in ramps.values():
         steps = r["steps"]
-        assert steps and steps[0]["streams"] == 2
-        assert [s["streams"] for s in steps] == [2, 4][:len(steps)]
-        # a knee, or a clean finish through both steps
-        assert r["knee_step"] is not None or len(steps) == 2
+        assert [s["streams"] for s in steps] == [2]
+        # a knee, or a clean finish
+        assert r["knee_step"] in (None, 0)
         if r["knee_step"] is not None:
-            assert r["knee_reasons"] and r["knee_step"] == len(steps) - 1
+            assert r["knee_reasons"]
         first = steps[0]
         assert first["replies"] > 0 and first["ttfa_p50_ms"] > 0
         assert first["cpu_pct"] > 0 and first["pss_mb"] > 50
