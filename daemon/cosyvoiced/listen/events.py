@@ -218,6 +218,7 @@ class Subscription:
         self._waiter: asyncio.Future[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.dropped = 0
+        self._told = 0
         self.closed = False
 
     def wants(self, event: Any) -> bool:
@@ -237,6 +238,13 @@ class Subscription:
         """The oldest queued event, or None."""
         with self._lock:
             return self._queue.popleft() if self._queue else None
+
+    def dropped_notice(self) -> dict[str, Any] | None:
+        """`{"type": "events_dropped", "count": n}` for the events dropped since the last
+        notice (the subscriber fell behind by more than its queue), or None."""
+        with self._lock:
+            count, self._told = self.dropped - self._told, self.dropped
+        return {"type": "events_dropped", "stream": None, "count": count} if count else None
 
     def drain(self) -> list[Any]:
         with self._lock:

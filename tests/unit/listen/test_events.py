@@ -37,6 +37,8 @@ def test_slow_subscriber_drops_its_own_oldest_and_counts():
     assert [e.start_ms for e in slow.drain()] == [7, 8, 9]
     assert len(fast.drain()) == 10
     assert bus.dropped == 7
+    assert slow.dropped_notice() == {"type": "events_dropped", "stream": None, "count": 7}
+    assert slow.dropped_notice() is None and fast.dropped_notice() is None
 
 
 def test_type_filter_and_close():

@@ -284,6 +284,21 @@ def test_sse_events_filtered_by_stream():
     run(go)
 
 
+def test_a_subscriber_that_fell_behind_is_told_how_many_events_it_lost():
+    async def go(http, daemon):
+        async with http.get("/v1/events") as r:
+            assert await r.content.readuntil(b"\n\n") == b": connected\n\n"
+            for i in range(1100):  # in one go: the route's queue holds 1024
+                daemon.bus.publish(Transcript(f"t{i}", 0, 10, 1.0, 0.1, stream="call-1"))
+            blocks = [(await asyncio.wait_for(r.content.readuntil(b"\n\n"), 5)).decode()
+                      for _ in range(2)]
+        (kind, data), (_, first) = (b.strip().splitlines() for b in blocks)
+        assert kind == "event: events_dropped"
+        assert json.loads(data.removeprefix("data: "))["count"] == 76
+        assert json.loads(first.removeprefix("data: "))["text"] == "t76"
+    run(go)
+
+
 def test_websocket_duplex_say_stop_and_events():
     audio = np.zeros(16000, dtype=np.int16)
     audio[4000:8000] = 10000

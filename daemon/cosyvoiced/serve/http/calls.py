@@ -110,6 +110,8 @@ class CallRoutes:
                     if not getter.done():
                         break
                     event = getter.result()
+                    if notice := sub.dropped_notice():
+                        await ws.send_json(notice)
                     if want and event.stream != want:
                         continue
                     await ws.send_json(event.to_dict())

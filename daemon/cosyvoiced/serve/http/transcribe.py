@@ -234,6 +234,9 @@ class ListenRoutes:
                 except TimeoutError:
                     await response.write(b": keep-alive\n\n")
                     continue
+                if notice := sub.dropped_notice():
+                    await response.write(f"event: events_dropped\ndata: {json.dumps(notice)}\n\n"
+                                         .encode())
                 if want_stream and event.stream != want_stream:
                     continue
                 data = json.dumps(event.to_dict())
