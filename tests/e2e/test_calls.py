@@ -4,15 +4,15 @@ speech out on the 20 ms clock, barge-in, and a peer that sends garbage."""
 from __future__ import annotations
 
 import asyncio
-import json
+import functools
 import signal
 import time
 import urllib.request
 
 import numpy as np
-from aiohttp import ClientSession, ClientTimeout
 
 from cosyvoiced.testing.audiosocket_peer import Peer, inter_frame_gaps_ms
+from cosyvoiced.testing.events import follow_events
 from cosyvoiced.testing.prompts import prompts, wer
 
 GREETING = "Hello, thanks for calling."
@@ -41,14 +41,8 @@ def _onset_s(x: np.ndarray, rate: int = 8000) -> float:
     return float(np.argmax(rms > 10 ** (-35 / 20)) * block / rate)
 
 
-async def _events(http: str, sink: list, stop: asyncio.Event) -> None:
-    async with ClientSession(timeout=ClientTimeout(total=None)) as s, \
-            s.get(f"{http}/v1/events") as r:
-        async for line in r.content:
-            if line.startswith(b"data: "):
-                sink.append((time.monotonic(), json.loads(line[6:])))
-            if stop.is_set():
-                return
+_events = functools.partial(follow_events, stamped=True)
+"""The daemon's events, each as (time.monotonic(), event)."""
 
 
 async def _until_ended(events: list, peers: list[Peer], timeout_s: float = 30.0) -> None:

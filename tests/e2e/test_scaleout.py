@@ -9,8 +9,6 @@ and run in file order: the drain test stops daemon A, the next test starts it ag
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import signal
 import time
 from collections.abc import Iterator
@@ -22,6 +20,7 @@ import pytest
 from aiohttp import ClientSession, ClientTimeout
 
 from cosyvoiced.testing.audiosocket_peer import Peer
+from cosyvoiced.testing.events import follow_events
 from cosyvoiced.testing.haproxy import Box, Haproxy
 from cosyvoiced.testing.prompts import Prompt, prompts, wer
 from tests.fixtures.daemon import DaemonProcess
@@ -117,17 +116,6 @@ async def _call(port: int, prompt: Prompt | None, delay_s: float = 0.0) -> Peer:
     return peer
 
 
-async def _events(http: str, sink: list[dict], stop: asyncio.Event) -> None:
-    with contextlib.suppress(Exception):  # a daemon stopped under us ends its feed
-        async with ClientSession(timeout=ClientTimeout(total=None)) as s, \
-                s.get(f"{http}/v1/events") as r:
-            async for line in r.content:
-                if line.startswith(b"data: "):
-                    sink.append(json.loads(line[6:]))
-                if stop.is_set():
-                    return
-
-
 class Watch:
     """Every event of both daemons while a phase runs."""
 
@@ -138,7 +126,7 @@ class Watch:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def __aenter__(self) -> Watch:
-        self._tasks = [asyncio.create_task(_events(u, self.seen[k], self._stop))
+        self._tasks = [asyncio.create_task(follow_events(u, self.seen[k], self._stop))
                        for k, u in self.urls.items()]
         await asyncio.sleep(0.3)
         return self

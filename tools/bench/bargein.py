@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import re
 import tempfile
 import time
@@ -31,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from cosyvoiced.testing.audiosocket_peer import Peer
+from cosyvoiced.testing.events import follow_events
 from cosyvoiced.testing.prompts import prompts
 from tools.bench.calls import Daemon, _onset_s
 from tools.bench.report import Report, cpu_flags
@@ -48,18 +48,6 @@ FRAME_SLACK_S = 0.021
 def _bare(words: list[str]) -> list[str]:
     out = [re.sub(r"[^\w']", "", w).lower() for w in words]
     return [w for w in out if w]
-
-
-async def _events(http: str, sink: list, stop: asyncio.Event) -> None:
-    from aiohttp import ClientSession, ClientTimeout
-
-    async with ClientSession(timeout=ClientTimeout(total=None)) as s, \
-            s.get(f"{http}/v1/events") as r:
-        async for line in r.content:
-            if line.startswith(b"data: "):
-                sink.append(json.loads(line[6:]))
-            if stop.is_set():
-                return
 
 
 async def _trial(d: Daemon, events: list, caller: np.ndarray, onset_at_s: float
@@ -135,7 +123,7 @@ def run(quick: bool) -> Report:
             async def main() -> list[list[dict]]:
                 events: list = []
                 stop = asyncio.Event()
-                watcher = asyncio.create_task(_events(d.http, events, stop))
+                watcher = asyncio.create_task(follow_events(d.http, events, stop))
                 await asyncio.sleep(0.3)
                 for k in range(trials):
                     onset_at = FIRST_ONSET_S + STEP_S * k
