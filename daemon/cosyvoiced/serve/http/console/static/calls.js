@@ -124,7 +124,8 @@ export class CallsPanel {
     pick.replaceChildren(...calls.map((c) => new Option(c.id.slice(0, 8), c.id, false, c.id === was)));
     $("say-form").hidden = !calls.length;
     $("calls-table").hidden = !calls.length;
-    this.message(calls.length ? "" : "No call right now.");
+    if (!calls.length) this.message("No call right now.");
+    else if ($("calls-msg").textContent === "No call right now.") this.message(""); // keep what a say or stop answered
     $("calls").dataset.polls = String(Number($("calls").dataset.polls || 0) + 1);
   }
 
