@@ -25,9 +25,10 @@ class ApiConfig:
     holds at once; past it a new connection gets 503 overloaded and is closed unread. Each
     listener counts its own, so a flood on one leaves the others (and calls) alone."""
     console: bool = opt(True, live=True)
-    """Serve the web console at `/` on each listener: speak with read-along words, and
-    the daemon's status. The page itself is open; every API call it makes needs `token`
-    as any client's does. false: `/` and `/console/*` are 404."""
+    """Serve the web console at `/` on each listener: speak with read-along words, listen
+    (microphone or file to transcript), live calls, and the daemon's status. The page
+    itself is open; every API call it makes needs `token` as any client's does. false: `/`
+    and `/console/*` are 404."""
 
 
 @dataclass(frozen=True, kw_only=True)
