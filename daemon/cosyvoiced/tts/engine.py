@@ -12,6 +12,7 @@ be longer than `tts.max_audio_s` even at the fastest reading is refused before a
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,8 @@ from cosyvoiced.tts.voice.split import chunk_bounds
 log = structlog.get_logger(__name__)
 
 WARMUP_TEXT = "Thank you for calling, how can I help you today?"
+UNCAPPED_S = 86_400.0
+"""The audio cap of the daemon's own runs: the largest `tts.max_audio_s` there is."""
 TARGET_PEAK = 0.8
 """Warm-up sets a fixed voice gain so this is the warm-up sentence's peak (no per-clause
 peak normalization: it would make clauses of one sentence differ in loudness)."""
@@ -155,8 +158,10 @@ class TtsEngine:
 
     def synthesize(self, text: str | bytes, options: SynthesisOptions | None = None, *,
                    precision: str | None = None, cancel: threading.Event | None = None,
-                   persist_prompts: bool = False) -> Synthesis:
-        """Check the request now (typed errors raised here), then stream its chunks."""
+                   persist_prompts: bool = False, capped: bool = True) -> Synthesis:
+        """Check the request now (typed errors raised here), then stream its chunks.
+        `capped=False`: the daemon's own runs (a worker timing itself), which
+        `tts.max_audio_s` neither refuses nor cuts."""
         options = options or SynthesisOptions()
         options.check()
         text = check_text(text, self.config.max_chars)
@@ -168,9 +173,10 @@ class TtsEngine:
         length = (options.length_scale if options.length_scale is not None
                   else voice.config.length_scale)
         floor_s = audio_floor_s(clauses, length)
-        if floor_s > self.config.max_audio_s:
+        if capped and floor_s > self.config.max_audio_s:
             raise AudioTooLong(floor_s, self.config.max_audio_s)
-        return Synthesis(self.config, voice, clauses, options, sid, cancel,
+        config = self.config if capped else replace(self.config, max_audio_s=UNCAPPED_S)
+        return Synthesis(config, voice, clauses, options, sid, cancel,
                          prompts=self.prompts, persist_prompts=persist_prompts, source=text)
 
 

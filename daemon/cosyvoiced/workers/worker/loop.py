@@ -115,7 +115,7 @@ class Worker:
             for text in (WARMUP_TEXT, RTF_TEXT):
                 t0 = time.perf_counter()
                 audio_s = sum(c.duration_s for c in self.engine.synthesize(
-                    text, SynthesisOptions(format="float32")))
+                    text, SynthesisOptions(format="float32"), capped=False))
             rtf = (time.perf_counter() - t0) / audio_s if audio_s else 0.0
             self.meter.rtf = rtf
             t0 = time.perf_counter()
