@@ -374,3 +374,17 @@ def test_auto_bf16_follows_the_cpu_and_says_why(cache_dir, setting, event, chose
         again, said = load()
         assert getattr(again.split, chosen) == getattr(voice.split, chosen)  # kept for this CPU
         assert said["measured"] == "before"
+
+
+def test_the_daemons_own_runs_are_not_capped(cache_dir):
+    """A worker times itself on sentences longer than the shortest `tts.max_audio_s`: a
+    request that long is refused, the same text run uncapped is said whole."""
+    from cosyvoiced.tts.errors import AudioTooLong
+
+    engine = TtsEngine(TtsConfig(precision="fp32", max_audio_s=1.0, cache_mb=0),
+                       cache_dir=cache_dir)
+    with pytest.raises(AudioTooLong):
+        engine.synthesize(SENTENCE)
+    chunks = list(engine.synthesize(SENTENCE, SynthesisOptions(format="float32"),
+                                    capped=False))
+    assert sum(c.duration_s for c in chunks) > 2.0
