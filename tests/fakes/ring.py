@@ -10,6 +10,8 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import ArrayLike
 
+from tests.fakes.clock import Clock
+
 
 class ListRing:
     """A consumer ring over a signal: given up front, and/or appended with `write` (the
@@ -95,3 +97,21 @@ class PlaybackRing:
             self.start += (want - have) / self.rate_hz  # the listener heard a gap: it is late
             want = have
         self.read += want
+
+
+class Listeners:
+    """The listeners of `rings` on the simulated `clock`, each reading its ring every
+    20 ms: `advance(to_s)` lets time pass (while a clause is synthesized, they read what
+    their ring held before it); `next_read_s` is when they read next."""
+
+    def __init__(self, clock: Clock, rings: list[PlaybackRing]) -> None:
+        self.clock, self.rings = clock, rings
+        self.next_read_s = 0.0
+
+    def advance(self, to_s: float) -> None:
+        while self.next_read_s <= to_s:
+            self.clock.t = self.next_read_s
+            for ring in self.rings:
+                ring.listen(self.next_read_s)
+            self.next_read_s += 0.02
+        self.clock.t = to_s

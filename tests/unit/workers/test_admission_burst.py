@@ -16,7 +16,7 @@ from cosyvoiced.workers.pool.admission import VAD_WINDOW_S, Admission, WorkerLoa
 from cosyvoiced.workers.worker.tts_sched import SayJob, TtsScheduler
 from cosyvoiced.workers.worker.tts_stream import TtsStream
 from tests.fakes.clock import Clock
-from tests.fakes.ring import PlaybackRing
+from tests.fakes.ring import Listeners, PlaybackRing
 from tests.unit.workers.test_slack import DEFAULTS, FRONT_S_PER_CHAR, RATE, Chunk, chunked
 
 PUBLISH_S = 0.25
@@ -44,17 +44,10 @@ def burst(n: int, rtf: float, *, every_s: float = 0.05, busy_max: float = 0.9,
     share = 1.0 - listening * listen_cost  # the core the listen streams leave to TTS
     profile = chunked(sentences, rtf)
     text = "x" * sum(c for _, _, c in profile)  # its speech at the front's s per char
-    next_read = [0.0]
     took = [0.0]
     rings: list[PlaybackRing] = []
-
-    def advance(to_s: float) -> None:
-        while next_read[0] <= to_s:
-            clock.t = next_read[0]
-            for ring in rings:
-                ring.listen(next_read[0])
-            next_read[0] += 0.02
-        clock.t = to_s
+    listeners = Listeners(clock, rings)
+    advance = listeners.advance
 
     def make_gen(job: SayJob, _stream: TtsStream):
         done = [0]
@@ -107,7 +100,7 @@ def burst(n: int, rtf: float, *, every_s: float = 0.05, busy_max: float = 0.9,
         if not arrivals and not any(s.has_work() or s.pending for s in sched.streams.values()) \
                 and all(r.read >= r.written for r in rings):
             break
-        wake = [next_read[0], owed_at + PUBLISH_S] + arrivals[:1]
+        wake = [listeners.next_read_s, owed_at + PUBLISH_S] + arrivals[:1]
         w = sched.wake_in(now)
         if w is not None:
             wake.append(now + max(w, 1e-4))

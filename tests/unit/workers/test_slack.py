@@ -21,7 +21,7 @@ from cosyvoiced.tts.streaming.synthesis import Step
 from cosyvoiced.workers import messages as m
 from cosyvoiced.workers.worker.tts_sched import SayJob, TtsScheduler
 from tests.fakes.clock import Clock
-from tests.fakes.ring import PlaybackRing
+from tests.fakes.ring import Listeners, PlaybackRing
 
 DEFAULTS = WorkersConfig()
 RATE = 1000
@@ -103,17 +103,8 @@ def simulate(profiles: list[list[tuple[float, float]]], arrivals: list[float], *
                          timer=lambda: clock.t)
     rings: list[PlaybackRing] = []
     todo = sorted(zip(arrivals, range(len(profiles)), strict=True))
-    next_read = [0.0]
-
-    def advance(to_s: float) -> None:
-        """Time passes: the listeners read on their clock (while a clause is synthesized,
-        they read what the ring held before it)."""
-        while next_read[0] <= to_s:
-            clock.t = next_read[0]
-            for ring in rings:
-                ring.listen(next_read[0])
-            next_read[0] += 0.02
-        clock.t = to_s
+    listeners = Listeners(clock, rings)
+    advance = listeners.advance
 
     while clock.t < 300:
         while todo and todo[0][0] <= clock.t:
@@ -129,7 +120,7 @@ def simulate(profiles: list[list[tuple[float, float]]], arrivals: list[float], *
         if not todo and not any(s.has_work() or s.pending for s in sched.streams.values()) \
                 and all(r.read >= r.written for r in rings):
             break
-        wake = [next_read[0]] + ([todo[0][0]] if todo else [])
+        wake = [listeners.next_read_s] + ([todo[0][0]] if todo else [])
         w = sched.wake_in(now)
         if w is not None:
             wake.append(now + max(w, 1e-4))
