@@ -58,7 +58,7 @@ async def _until_ended(events: list, peers: list[Peer], timeout_s: float = 30.0)
 def test_twenty_concurrent_calls_paced_and_isolated(daemon_factory):
     # admission is tested elsewhere; here every call must be admitted on a shared box
     d = daemon_factory(overrides=(f'audiosocket.greeting="{GREETING}"',
-                                  "workers.admit_busy_max=2.0")).start()
+                                  "workers.admit_busy_max=4.0")).start()
     d.wait_ready()
     host, port, http = _ports(d)
     corpus = [p for p in prompts() if 1.0 < p.samples().shape[0] / 8000 < 4.0][:20]
