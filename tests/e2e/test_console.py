@@ -10,14 +10,15 @@ import asyncio
 import base64
 import json
 import re
+import signal
 import threading
-import wave
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
+import soundfile
 from playwright.sync_api import Browser, Page, sync_playwright
 from tools.wer import edit_distance, scoring_text
 
@@ -70,11 +71,7 @@ def mic_wav(tmp_path_factory: pytest.TempPathFactory) -> Path:
     speech = prompt_samples(MIC_PROMPT, rate)
     audio = np.concatenate([np.zeros(rate), speech, np.zeros(rate * 5 // 2)])
     path = tmp_path_factory.mktemp("mic") / "mic.wav"
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((np.clip(audio, -1, 1) * 32767).astype("<i2").tobytes())
+    soundfile.write(path, np.clip(audio, -1, 1), rate, subtype="PCM_16")
     return path
 
 
@@ -108,9 +105,13 @@ def page(browser: Browser, origin: str) -> Page:
 
 
 def speak(page: Page, text: str, voice: str = "") -> dict[str, str]:
-    """Type, press Speak, wait for it to end; the panel's figures."""
+    """Type, pick the voice, press Speak, wait for it to end; the panel's figures. A
+    voice not in the list is added (one the daemon no longer has since the list came)."""
     page.fill("#text", text)
-    page.fill("#voice", voice)
+    page.evaluate("""(name) => { const pick = document.getElementById("voice");
+      if (![...pick.options].some((o) => o.value === name)) pick.add(new Option(name, name)); }""",
+                  voice)
+    page.select_option("#voice", voice)
     page.click("#speak-go")
     page.wait_for_selector("#speak[data-state='done'], #speak[data-state='error']",
                            timeout=WAIT_MS)
@@ -208,6 +209,19 @@ def test_speech_is_heard_as_it_streams_with_its_words_lit_in_order(page):
     assert re.fullmatch(r"\d+ / \d+", page.inner_text("#st-xruns"))
 
 
+def test_the_voice_is_picked_from_the_daemons_list(page, origin):
+    listed = page.eval_on_selector_all("#voice option", "os => os.map((o) => o.value)")
+    answer = page.request.get(origin + "/v1/audio/voices",
+                              headers={"Authorization": f"Bearer {TOKEN}"})
+    voices = [v["id"] for v in answer.json()["voices"]]
+    assert listed == ["", *voices] and "alloy" in voices, listed
+    installed = voices[0]  # the daemon's own voices come before OpenAI's names
+    with page.expect_request(lambda r: r.url.endswith("/v1/audio/speech")) as sent:
+        got = speak(page, "Picked from the list.", installed)
+    assert got["state"] == "done", got
+    assert json.loads(sent.value.post_data or "{}")["voice"] == installed
+
+
 @pytest.mark.parametrize(("text", "voice", "code"), [
     ("", "", "missing_field|empty_text"),
     ("All work and no play. " * 4700, "", "audio_too_long|text_too_long|request_entity"),
@@ -233,7 +247,7 @@ def test_every_control_is_labelled_and_the_page_fits_a_phone(page):
     page.set_viewport_size({"width": 360, "height": 740})
     try:
         assert page.evaluate("document.documentElement.scrollWidth") <= 360
-        page.fill("#voice", "")
+        page.select_option("#voice", "")
         page.fill("#text", "By keyboard.")  # the keyboard alone: Ctrl+Enter in the text speaks
         assert page.evaluate("document.activeElement.id") == "text"
         page.keyboard.press("Control+Enter")
@@ -278,14 +292,16 @@ def peer_loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop.close()
 
 
+def call_peer(daemon: DaemonProcess, loop: asyncio.AbstractEventLoop) -> tuple[Peer, Callable]:
+    """An AudioSocket peer for the daemon, and `run(coro)` on the peers' loop."""
+    host, port = next(x for x in daemon.listeners() if x.startswith("audiosocket://")
+                      ).removeprefix("audiosocket://").rsplit(":", 1)
+    return Peer(host, int(port)), lambda coro, timeout_s=20.0: asyncio.run_coroutine_threadsafe(
+        coro, loop).result(timeout_s)
+
+
 def test_a_call_is_listed_and_hung_up_from_the_page(page, daemon, peer_loop):
-    sock = next(x for x in daemon.listeners() if x.startswith("audiosocket://"))
-    host, port = sock.removeprefix("audiosocket://").rsplit(":", 1)
-    peer = Peer(host, int(port))
-
-    def run(coro, timeout_s: float = 10.0):
-        return asyncio.run_coroutine_threadsafe(coro, peer_loop).result(timeout_s)
-
+    peer, run = call_peer(daemon, peer_loop)
     run(peer.connect())
     talking = asyncio.run_coroutine_threadsafe(  # keeps the call alive until hung up
         peer.play(np.zeros(8000 * 20, dtype=np.int16)), peer_loop)
@@ -305,15 +321,10 @@ def test_a_call_is_listed_and_hung_up_from_the_page(page, daemon, peer_loop):
 
 
 def test_a_say_is_barged_in_on_and_call_text_shows_only_when_asked(page, daemon, peer_loop):
-    sock = next(x for x in daemon.listeners() if x.startswith("audiosocket://"))
-    host, port = sock.removeprefix("audiosocket://").rsplit(":", 1)
-    peer = Peer(host, int(port))
+    peer, run = call_peer(daemon, peer_loop)
     prompt = next(p for p in prompts() if p.name == "agent-user")
     speech = np.concatenate([(prompt.samples() * 32767).astype(np.int16),
                              np.zeros(8000, dtype=np.int16)])
-
-    def run(coro, timeout_s: float = 20.0):
-        return asyncio.run_coroutine_threadsafe(coro, peer_loop).result(timeout_s)
 
     run(peer.connect())
     quiet = asyncio.run_coroutine_threadsafe(peer.play(np.zeros(8000 * 30, dtype=np.int16)),
@@ -348,6 +359,38 @@ def test_a_say_is_barged_in_on_and_call_text_shows_only_when_asked(page, daemon,
     finally:
         quiet.cancel()
         run(peer.close())
+
+
+def test_a_daemon_restart_is_told_and_the_page_recovers_without_reload(
+        page, daemon, origin, tmp_path_factory):
+    """The last test on the module's daemon: it stops it (SIGTERM, as systemd does) and
+    starts another on the same port with the same token, which it stops after."""
+    page.wait_for_selector("#calls[data-socket='open']", timeout=WAIT_MS)
+    page.evaluate("window.notReloaded = true")  # a reload would lose it
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait(30) == 0
+    page.wait_for_selector("body[data-daemon='lost']", timeout=WAIT_MS)
+    assert "not answering" in page.inner_text("#notice") and page.is_visible("#notice")
+    page.wait_for_selector("#calls[data-socket='closed'] ~ #status #status-msg.error",
+                           timeout=WAIT_MS)
+    assert speak(page, "Is anyone there?")["error"] == "unreachable"
+    assert "did not answer" in page.inner_text("#speak-msg")
+    polls = int(page.get_attribute("#status", "data-polls") or 0)
+    again = DaemonProcess(tmp_path_factory.mktemp("console-restarted"), overrides=(
+        f'api.token="{TOKEN}"', f'api.listen=["tcp://127.0.0.1:{urlsplit(origin).port}"]'))
+    try:
+        again.start().wait_ready()
+        page.wait_for_selector("body[data-daemon='up'] #calls[data-socket='open']",
+                               timeout=WAIT_MS)
+        assert page.inner_text("#notice") == "The daemon is back."
+        page.wait_for_function("(n) => Number(document.getElementById('status').dataset.polls) > n",
+                               arg=polls, timeout=WAIT_MS)
+        assert page.inner_text("#st-state") == "ready" and page.inner_text("#status-msg") == ""
+        assert speak(page, "Back again.")["state"] == "done"
+        assert page.evaluate("window.notReloaded") is True
+        page.wait_for_selector("#notice", state="hidden", timeout=WAIT_MS)
+    finally:
+        again.stop()
 
 
 def test_every_request_goes_to_the_daemon(origin):

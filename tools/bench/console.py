@@ -48,8 +48,9 @@ def idle_core_percent(pids: list[int], seconds: float) -> float:
     return (cpu_s(pids) - before) / seconds * 100
 
 
-def api_first_audio_ms(http: str) -> float:
-    """From sending the request to its first audio event (the API's own first audio)."""
+def api_first_audio_ms(http: str) -> tuple[float, float]:
+    """From sending the request to its first audio event (the API's own first audio), and
+    the daemon's own part of it (`X-Time-To-First-Audio-Ms`)."""
     import urllib.request
 
     body = json.dumps({"model": "tts-1", "input": TEXT, "voice": "alloy",
@@ -63,16 +64,27 @@ def api_first_audio_ms(http: str) -> float:
             if first is None and line.startswith(b"data:") and b"speech.audio.delta" in line:
                 first = (time.perf_counter() - t0) * 1000
         assert first is not None, "no audio"
-    return first
+        return first, float(resp.headers["X-Time-To-First-Audio-Ms"])
 
 
-def page_first_sound_ms(page) -> tuple[float, float]:  # noqa: ANN001 - a Playwright Page
-    """(click to first sound, click to first audio received) in the page, ms."""
+STAGES = ("fetch", "opened", "headers", "bytes", "scheduled")
+"""The page's profile of a speak, ms from the click: the request sent, the audio context
+running, the response's headers, its first bytes read, the first chunk scheduled."""
+PROFILE = ("serverFirstAudioMs", "leadMs", "latencyMs")
+"""And: the daemon's own first audio, the first chunk's scheduling lead, the context's
+output latency."""
+
+
+def page_first_sound_ms(page) -> tuple[float, float, dict[str, float]]:  # noqa: ANN001
+    """(click to first sound, click to first audio received, the page's profile) in the
+    page (a Playwright Page), ms."""
     page.fill("#text", TEXT)
     page.click("#speak-go")
     page.wait_for_selector("#speak[data-state='done']", timeout=WAIT_MS)
+    profile = json.loads(page.get_attribute("#speak", "data-profile") or "{}")
     return (float(page.get_attribute("#speak", "data-audio-started-ms")),
-            float(page.get_attribute("#speak", "data-first-audio-ms")))
+            float(page.get_attribute("#speak", "data-first-audio-ms")),
+            {k: float(v) for k, v in profile.items() if k in STAGES + PROFILE})
 
 
 RAW_FETCH = """async (text) => {
@@ -82,13 +94,14 @@ RAW_FETCH = """async (text) => {
     response_format: "pcm", stream_format: "sse"})});
   const reader = resp.body.getReader(), dec = new TextDecoder();
   let buf = "", first = null;
+  const server = Number(resp.headers.get("X-Time-To-First-Audio-Ms"));
   for (;;) {
     const {value, done} = await reader.read();
     if (done) break;
     buf += dec.decode(value, {stream: true});
     if (first === null && buf.includes("speech.audio.delta")) first = performance.now() - t0;
   }
-  return first;
+  return [first, server];
 }"""
 """The same request by a bare `fetch` in the page: the browser's part of the page's time."""
 
@@ -109,20 +122,21 @@ def run(quick: bool) -> Report:
                 page.wait_for_selector("body[data-ready='1']", timeout=WAIT_MS)
                 page_first_sound_ms(page)  # warm: the first of each is not the steady state
                 api_first_audio_ms(d.http)
-                pages, received, apis, raw = [], [], [], []
+                pages, received, profiles, apis, raw = [], [], [], [], []
                 for k in range(repeats):  # alternated, each from an idle daemon
                     if k % 2:
                         time.sleep(SETTLE_S)
                         apis.append(api_first_audio_ms(d.http))
                     time.sleep(SETTLE_S)
-                    sound_ms, got_ms = page_first_sound_ms(page)
+                    sound_ms, got_ms, profile = page_first_sound_ms(page)
                     pages.append(sound_ms)
                     received.append(got_ms)
+                    profiles.append(profile)
                     if not k % 2:
                         time.sleep(SETTLE_S)
                         apis.append(api_first_audio_ms(d.http))
                     time.sleep(SETTLE_S)
-                    raw.append(page.evaluate(RAW_FETCH, TEXT))
+                    raw.append(tuple(page.evaluate(RAW_FETCH, TEXT)))
                 latency_ms = 1000 * page.evaluate("(() => { const c = new AudioContext("
                                                   "{latencyHint: 0}); const s = c.baseLatency"
                                                   " + (c.outputLatency || 0); c.close(); "
@@ -139,19 +153,27 @@ def run(quick: bool) -> Report:
                 browser.close()
         finally:
             d.stop()
-    page_ms, api_ms = statistics.median(pages), statistics.median(apis)
+    page_ms, api_ms = statistics.median(pages), statistics.median(a for a, _ in apis)
     report.rows += [["page click to first sound ms", round(page_ms, 1), len(pages)],
                     ["page click to first audio received ms",
                      round(statistics.median(received), 1), len(received)],
+                    *[[f"page profile: {name} ms", round(statistics.median(
+                        p[name] for p in profiles if name in p), 1),
+                       sum(name in p for p in profiles)] for name in STAGES + PROFILE],
                     ["API first audio ms", round(api_ms, 1), len(apis)],
-                    ["bare fetch in the page, first audio ms", round(statistics.median(raw), 1),
-                     len(raw)],
+                    ["API: the daemon's own first audio ms",
+                     round(statistics.median(s for _, s in apis), 1), len(apis)],
+                    ["bare fetch in the page, first audio ms",
+                     round(statistics.median(r for r, _ in raw), 1), len(raw)],
+                    ["bare fetch: the daemon's own first audio ms",
+                     round(statistics.median(s for _, s in raw), 1), len(raw)],
                     ["daemon CPU, no tab, % of a core", round(none, 3), 1],
                     [f"daemon CPU, {TABS} tabs, % of a core", round(ten, 3), 1]]
     ratio = page_ms / api_ms
     extra = ten - none
     report.figures = {"page_first_sound_ms": pages, "page_first_received_ms": received,
-                      "api_first_audio_ms": apis, "page_bare_fetch_ms": raw, "audio_output_latency_ms": latency_ms,
+                      "page_profiles": profiles, "api_first_audio_ms": apis,
+                      "page_bare_fetch_ms": raw, "audio_output_latency_ms": latency_ms,
                       "idle_window_s": idle_s, "idle_no_tab_pct": none,
                       f"idle_{TABS}_tabs_pct": ten, "cpu": cpu_flags()}
     report.notes.append(f"{cpu_flags()}; {len(d.pids)} processes (main + workers)")

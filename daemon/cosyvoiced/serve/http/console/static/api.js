@@ -1,6 +1,7 @@
 // Calls to the daemon's own API (same origin only), with the token kept in this tab.
 const KEY = "cosyvoiced.token";
 const listeners = new Set();
+const reachable = new Set();
 
 export class ApiError extends Error {
   constructor(status, code, message) {
@@ -16,6 +17,8 @@ export function setToken(value) {
 }
 /** `fn(true)` when a call was refused for want of a (right) token. */
 export function onUnauthorized(fn) { listeners.add(fn); }
+/** `fn(false)` when a call found no daemon (stopped, restarting), `fn(true)` on each answer. */
+export function onReachable(fn) { reachable.add(fn); }
 
 function headers(extra) {
   const h = new Headers(extra || {});
@@ -46,22 +49,26 @@ export async function call(path, { method = "GET", json, body, signal } = {}) {
     resp = await fetch(path, init);
   } catch (err) {
     if (err.name === "AbortError") throw err;
+    reachable.forEach((fn) => fn(false));
     throw new ApiError(0, "unreachable", "the daemon did not answer (is it running?)");
   }
+  reachable.forEach((fn) => fn(true));
   if (!resp.ok) throw await failure(resp);
   return resp;
 }
 
 export async function getJson(path) { return (await call(path)).json(); }
 
-/** Server-sent events of a streamed response, each `data:` line's JSON, in order. */
-export async function* events(resp) {
+/** Server-sent events of a streamed response, each `data:` line's JSON, in order;
+ * `onbytes()` as each read comes. */
+export async function* events(resp, onbytes = null) {
   const reader = resp.body.getReader();
   const text = new TextDecoder();
   let buf = "";
   for (;;) {
     const { value, done } = await reader.read();
     if (done) break;
+    if (onbytes) onbytes();
     buf += text.decode(value, { stream: true });
     let end;
     while ((end = buf.indexOf("\n\n")) >= 0) {

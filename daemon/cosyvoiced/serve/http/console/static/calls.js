@@ -4,6 +4,7 @@
 // barge-ins and (when asked for, signed in) what was said.
 import { call, getJson, openSocket, token } from "./api.js";
 import { CallNotes, noteFor } from "./callnotes.js";
+import { BUSY_MS } from "./status.js";
 
 export const POLL_MS = 2000;
 const LIVE_POLL_MS = 5000; // while the event WebSocket is up
@@ -53,10 +54,20 @@ export class CallsPanel {
     if (this.ws) this.ws.close();
   }
 
+  /** At once, not at the next retry (the daemon answers again). */
+  reconnect() {
+    clearTimeout(this.retry);
+    this.connect();
+  }
+
   /** The calls' events: any of them (a call started, ended, barged in) asks for the list. */
   connect() {
     if (this.off || this.stopped || this.ws) return;
     const ws = this.ws = openSocket("/v1/calls/events");
+    ws.onopen = () => {
+      $("calls").dataset.socket = "open";
+      if ($("calls-msg").textContent.startsWith("Live call events lost")) this.message("");
+    };
     ws.onmessage = (e) => {
       $("calls").dataset.live = "1";
       this.event(JSON.parse(e.data));
@@ -64,6 +75,7 @@ export class CallsPanel {
     };
     ws.onclose = () => {
       this.ws = null;
+      $("calls").dataset.socket = "closed";
       if ($("calls").dataset.live === "1") this.message("Live call events lost; reconnecting…", true);
       $("calls").dataset.live = "0";
       if (!this.stopped) this.retry = setTimeout(() => this.connect(), RECONNECT_MS);
@@ -81,6 +93,7 @@ export class CallsPanel {
   }
 
   async poll() {
+    if (document.body.dataset.speaking) { this.schedule(BUSY_MS); return; } // not while first audio is awaited
     try {
       this.show((await getJson("/v1/calls")).calls);
     } catch (err) {

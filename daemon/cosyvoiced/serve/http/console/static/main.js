@@ -1,5 +1,5 @@
 // The console's entry: sign in when the API asks for a token, then the panels.
-import { ApiError, getJson, onUnauthorized, setToken, token } from "./api.js";
+import { ApiError, getJson, onReachable, onUnauthorized, setToken, token } from "./api.js";
 import { CallsPanel } from "./calls.js";
 import { ListenPanel } from "./listen.js";
 import { SpeakPanel } from "./speak.js";
@@ -46,7 +46,26 @@ async function start() {
   document.body.dataset.ready = "1";
 }
 
+/** The daemon stopped answering (stopped, restarting): say so until it answers again, then
+ * pick up where the panels were (the polls keep asking; the calls' socket reconnects). */
+function reachable(up) {
+  const body = document.body, notice = $("notice");
+  if (!body.dataset.ready || up === (body.dataset.daemon !== "lost")) return;
+  body.dataset.daemon = up ? "up" : "lost";
+  clearTimeout(reachable.timer);
+  notice.hidden = false;
+  if (!up) {
+    notice.textContent = "The daemon is not answering (stopped or restarting); reconnecting…";
+    return;
+  }
+  notice.textContent = "The daemon is back.";
+  reachable.timer = setTimeout(() => { notice.hidden = true; }, 5000);
+  calls.reconnect();
+  speak.loadVoices().catch((err) => speak.message(`No voice list: ${err.message}`, true));
+}
+
 onUnauthorized(() => showLogin(true));
+onReachable(reachable);
 $("login-form").addEventListener("submit", (e) => {
   e.preventDefault();
   setToken($("token").value.trim());

@@ -17,8 +17,12 @@ export class Player {
     this.gaps = 0; // chunks that came after the audio before them had run out
     this.endedAt = null; // context time the last scheduled chunk ended
     this.firstSoundMs = null; // performance.now() time the first chunk reaches the output
+    this.leadS = 0; // how far ahead of the context's time the first chunk was started
     this.onended = null;
   }
+
+  /** Seconds from a sound being started to its reaching the output, as the context says. */
+  get latencyS() { return this.ctx ? this.ctx.baseLatency + (this.ctx.outputLatency || 0) : 0; }
 
   async open() {
     if (!this.ctx) this.ctx = new AudioContext({ latencyHint: 0 }); // the least the device allows
@@ -39,6 +43,7 @@ export class Player {
     src.connect(ctx.destination);
     src.start(at);
     if (!this.chunks.length) {
+      this.leadS = at - now;
       const ts = ctx.getOutputTimestamp(); // what the output plays now, on both clocks
       if (ts.performanceTime > 0) this.firstSoundMs = ts.performanceTime + (Math.max(at, now) - ts.contextTime) * 1000;
     }

@@ -30,16 +30,20 @@ export class SpeakPanel {
     $("speak-stop").addEventListener("click", () => this.stop("stopped"));
     $("download").addEventListener("click", () => this.download());
     $("subtitles").addEventListener("click", () => save(vtt(this.words), "speech.vtt"));
+    // the audio context starts at the first press of a key or button (browsers let it run
+    // only after one), not at the first Speak: that one then waits for no device
+    const prime = () => this.player.open().catch(() => { /* tried again at Speak */ });
+    for (const type of ["pointerdown", "keydown"]) document.addEventListener(type, prime, { once: true, capture: true });
   }
 
+  /** The voice list from the daemon (its voices, then OpenAI's names and what each
+   * speaks with); what was picked stays picked while the daemon still has it. */
   async loadVoices() {
     const { voices } = await getJson("/v1/audio/voices");
-    $("voices").replaceChildren(...voices.map((v) => {
-      const o = document.createElement("option");
-      o.value = v.id;
-      o.label = v.name;
-      return o;
-    }));
+    const pick = $("voice"), was = pick.value;
+    pick.replaceChildren(new Option("Default (tts.voice)", ""),
+      ...voices.map((v) => new Option(v.name, v.id, false, v.id === was)));
+    pick.dataset.voices = String(voices.length);
   }
 
   message(text, isError = false) {
@@ -53,11 +57,20 @@ export class SpeakPanel {
   }
 
   async speak() {
+    const t0 = performance.now();
     this.stop();
     const input = $("text").value;
-    const voice = $("voice").value.trim();
+    const voice = $("voice").value;
     this.request = { model: "tts-1", input, speed: Number($("speed").value) };
     if (voice) this.request.voice = voice;
+    const abort = this.abort = new AbortController();
+    // the request goes first: the page's own work below runs while the daemon synthesizes
+    const sent = call("/v1/audio/speech", {
+      method: "POST", signal: abort.signal,
+      json: { ...this.request, response_format: "pcm", stream_format: "sse" },
+    });
+    const opened = this.player.open(); // a context not yet running resumes meanwhile
+    document.body.dataset.speaking = "1"; // the panels' polls wait for the first audio
     this.pcm = []; this.words = []; this.heard = [];
     $("words").replaceChildren();
     for (const id of ["fig-first", "fig-rtf", "fig-audio"]) $(id).textContent = "–";
@@ -67,18 +80,17 @@ export class SpeakPanel {
     for (const k of Object.keys(this.root.dataset)) delete this.root.dataset[k];
     this.mark("speaking");
     this.message("Speaking…");
-    const abort = this.abort = new AbortController();
-    const t0 = this.t0 = performance.now();
+    this.t0 = t0;
     const run = this.run = (this.run || 0) + 1;
+    this.stamps = {};
+    this.stamp("fetch", { context: this.player.ctx.state });
+    opened.then(() => this.stamp("opened", { latencyMs: (this.player.latencyS * 1000).toFixed(1) }), () => {});
     try {
-      const opened = this.player.open(); // while the request goes (resuming audio takes a while)
-      const resp = await call("/v1/audio/speech", {
-        method: "POST", signal: abort.signal,
-        json: { ...this.request, response_format: "pcm", stream_format: "sse" },
-      });
+      const resp = await sent;
+      this.stamp("headers", { serverFirstAudioMs: resp.headers.get("X-Time-To-First-Audio-Ms") });
       await opened;
       this.tick(run);
-      for await (const ev of events(resp)) {
+      for await (const ev of events(resp, () => this.stamp("bytes"))) {
         if (ev.type === "speech.audio.delta") this.audio(pcmOf(ev.audio), t0);
         else if (ev.type === "speech.word") this.word(ev);
         else if (ev.type === "error") throw Object.assign(new Error(ev.error.message), { code: ev.error.code });
@@ -100,17 +112,32 @@ export class SpeakPanel {
       $("download").disabled = !this.pcm.length;
     } finally {
       if (this.abort === abort) this.abort = null;
+      if (this.run === run) delete document.body.dataset.speaking;
     }
   }
 
   audio(pcm, t0) {
-    if (!this.pcm.length) {
+    const first = !this.pcm.length;
+    if (first) {
       const ms = performance.now() - t0;
       $("fig-first").textContent = `${ms.toFixed(0)} ms`;
       this.mark("speaking", { firstAudioMs: ms.toFixed(1) });
     }
     this.pcm.push(pcm);
     this.player.push(pcm);
+    if (first) {
+      this.stamp("scheduled", { leadMs: (this.player.leadS * 1000).toFixed(1) });
+      delete document.body.dataset.speaking;
+    }
+  }
+
+  /** Where the first sound's time went (the console bench reads it): `name` once, in ms
+   * from the click, with any figures in `extra`. */
+  stamp(name, extra = {}) {
+    if (name in this.stamps) return;
+    this.stamps[name] = (performance.now() - this.t0).toFixed(1);
+    Object.assign(this.stamps, extra);
+    this.root.dataset.profile = JSON.stringify(this.stamps);
   }
 
   word(ev) {

@@ -5,6 +5,7 @@ import { Plot } from "./plot.js";
 
 export const POLL_MS = 3000;
 const KEEP = 100; // 5 minutes of polls
+export const BUSY_MS = 250; // a poll due while Speak awaits its first audio waits this long
 const $ = (id) => document.getElementById(id);
 
 /** Prometheus text as {name: [{labels, value}]} (comments skipped). */
@@ -55,6 +56,7 @@ export class StatusPanel {
   }
 
   async poll() {
+    if (document.body.dataset.speaking) { this.schedule(BUSY_MS); return; } // not while first audio is awaited
     try {
       const [status, ready, text] = await Promise.all([
         getJson("/v1/status"),
