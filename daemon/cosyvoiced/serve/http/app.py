@@ -19,7 +19,7 @@ from cosyvoiced.serve.devices import Devices
 from cosyvoiced.serve.errors import status_for, status_of
 from cosyvoiced.serve.http.calls import CallRoutes
 from cosyvoiced.serve.http.console.routes import ConsoleRoutes, is_console_path
-from cosyvoiced.serve.http.console.wsauth import answer_protocol, offered_token
+from cosyvoiced.serve.http.console.wsauth import answer_protocol, hide_offer, offered_token
 from cosyvoiced.serve.http.errors import REQUEST_TIMEOUT, ApiError
 from cosyvoiced.serve.http.openai import OpenAIRoutes
 from cosyvoiced.serve.http.play import PlayRoutes
@@ -109,7 +109,7 @@ def bearer_auth(token: str) -> Any:
 
 def make_app(daemon: DaemonView, token: str = "",
              request_timeout_s: float = 15.0) -> web.Application:
-    middlewares = [json_errors] + ([bearer_auth(token)] if token else [])
+    middlewares = [json_errors, *([bearer_auth(token)] if token else []), hide_offer]
     app = web.Application(middlewares=middlewares, client_max_size=MAX_UPLOAD_BYTES)
     app[REQUEST_TIMEOUT] = request_timeout_s
     app.on_response_prepare.append(answer_protocol)
