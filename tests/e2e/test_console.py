@@ -1,8 +1,9 @@
 """The web console in headless Chromium (Debian's, driven by Playwright) on a real daemon
-with a token: the login, speech heard as it streams with its words lit in order, bad
-input answered in the page, the microphone (a prompt as Chromium's fake capture) and an
-uploaded file transcribed, a live call listed, spoken into, barged in on and hung up, and
-not one request anywhere but the daemon."""
+with a token: the login, speech heard as it streams with its words lit in order, the voice
+from the daemon's list, bad input answered in the page, the microphone (a prompt as
+Chromium's fake capture) and an uploaded file transcribed, a live call listed, spoken
+into, barged in on and hung up, a daemon restart told and recovered from without a
+reload, and not one request anywhere but the daemon."""
 
 from __future__ import annotations
 
@@ -40,8 +41,7 @@ UPLOAD_PROMPT = "auth-incorrect"
 
 
 def wer(ref: str, hyp: str) -> float:
-    words = scoring_text(ref).split()
-    return edit_distance(words, scoring_text(hyp).split()) / len(words)
+    return edit_distance(words := scoring_text(ref).split(), scoring_text(hyp).split()) / len(words)
 
 
 def text_of(name: str) -> str:
@@ -55,8 +55,7 @@ def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DaemonProcess]:
 
 @pytest.fixture(scope="module")
 def origin(daemon: DaemonProcess) -> str:
-    tcp = next(x for x in daemon.listeners() if x.startswith("tcp://"))
-    return tcp.replace("tcp://", "http://")
+    return next(x for x in daemon.listeners() if x.startswith("tcp://")).replace("tcp:", "http:")
 
 
 REQUESTS: list[str] = []
@@ -127,8 +126,7 @@ SOCKET = """(path) => new Promise((done) => {
 
 
 def sse_events(body: bytes) -> list[dict]:
-    return [json.loads(line[5:]) for line in body.decode().split("\n")
-            if line.startswith("data:")]
+    return [json.loads(x[5:]) for x in body.decode().split("\n") if x.startswith("data:")]
 
 
 def logged_engine(daemon: DaemonProcess) -> str:
@@ -369,6 +367,8 @@ def test_a_daemon_restart_is_told_and_the_page_recovers_without_reload(
     page.evaluate("window.notReloaded = true")  # a reload would lose it
     daemon.signal(signal.SIGTERM)
     assert daemon.wait(30) == 0
+    assert base64.urlsafe_b64encode(TOKEN.encode()).decode().rstrip("=") not in \
+        daemon.log_path.read_text(), "the token offered on a WebSocket was logged"
     page.wait_for_selector("body[data-daemon='lost']", timeout=WAIT_MS)
     assert "not answering" in page.inner_text("#notice") and page.is_visible("#notice")
     page.wait_for_selector("#calls[data-socket='closed'] ~ #status #status-msg.error",

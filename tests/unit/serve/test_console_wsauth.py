@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 
 import pytest
 from aiohttp import ClientSession, WSServerHandshakeError, web
@@ -86,3 +87,12 @@ def test_token_subprotocol_opens_no_plain_request():
             await server.close()
 
     assert asyncio.run(main()) == 401
+
+
+def test_the_offered_token_is_not_logged(caplog):
+    """aiohttp logged the offer its route did not take (token and all) at warning level."""
+    with caplog.at_level("DEBUG"):
+        got = handshake("/ws-probe", ("cosyvoiced", f"cosyvoiced.token.{b64url(TOKEN)}"))
+    assert got == (101, "cosyvoiced")
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING
+                or b64url(TOKEN) in r.getMessage()], caplog.text
