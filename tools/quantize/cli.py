@@ -4,9 +4,9 @@
 Builds variants with onnxruntime.quantization, measures for each: file size, RTF at one
 ORT thread (interleaved rounds, median), fidelity against FP32 (Whisper log-mel distance
 with noise scales 0), and WER/CER through the Whisper judge (tools/judge.py) on seeded
-copies, with a bootstrap 95% interval of the difference to FP32. Keeps the fastest
-variant faster than FP32 whose mean WER difference is <= +0.5 points and whose interval's
-upper bound is <= +1.5 points, in STATE_DIR/voices/NAME/ with manifest.json (which
+copies, with a bootstrap 95% interval of the difference to FP32, and DNSMOS OVRL. Keeps
+the fastest variant faster than FP32 that passes the gate (tools/quantize/gate.py: mean
+WER difference <= +0.3 points, interval's upper bound <= +1.5, OVRL >= FP32's - 0.05), in STATE_DIR/voices/NAME/ with manifest.json (which
 also names this CPU's kind of INT8 dot product: the verdict holds for such CPUs only), so
 `tts.precision = "auto"` uses it. Writes gate-report.md and gate-report.json there too.
 """
@@ -24,11 +24,16 @@ from pathlib import Path
 import numpy as np
 
 from tools import judge
+from tools.quantize.gate import (
+    DNSMOS_DROP_MAX,
+    WER_MEAN_MAX,
+    WER_UPPER_MAX,
+    judged,
+    kept_variant,
+)
 from tools.quantize.graph import rewrite_conv_transpose
 from tools.quantize.recipes import RECIPES, Recipe, select_nodes
 
-WER_MEAN_MAX = 0.5
-WER_UPPER_MAX = 1.5
 #: Built by default: the recipes that passed the gate on the bundled voice (2026-12-04;
 #: `--variants` names any other in RECIPES).
 VARIANTS = ("static_qdq_dec_poly_p9999_chains_fp32_last_stage",
@@ -108,23 +113,30 @@ def calibration_ranges(pre: Path, calib_ids: list[list[int]], scales: tuple[floa
     return cache
 
 
-def prepared_model(src: Path, work: Path, poly_upsample: bool = False) -> Path:
-    """ORT's quantization pre-processing (shape inference, graph cleanup), plus the
-    decoder's ConvTranspose rewritten as Conv + depth-to-time when asked (exact)."""
+def prepared_model(src: Path, work: Path, poly_upsample: bool = False,
+                   decoder_2d: bool = False) -> Path:
+    """ORT's quantization pre-processing (shape inference, graph cleanup), then when asked
+    the decoder as 2-D convs (as voices run FP32 at one thread: ORT's blocked kernels for
+    what stays float) and its ConvTranspose as Conv + depth-to-time (both exact)."""
     import onnx
     from onnxruntime.quantization.shape_inference import quant_pre_process
 
     pre = work / "preprocessed.onnx"
     if not pre.exists():
         quant_pre_process(str(src), str(pre), skip_symbolic_shape=True)
-    if not poly_upsample:
+    if not poly_upsample and not decoder_2d:
         return pre
-    poly = work / "preprocessed-poly.onnx"
-    if not poly.exists():
+    out = work / f"preprocessed{'-2d' if decoder_2d else ''}{'-poly' if poly_upsample else ''}.onnx"
+    if not out.exists():
+        from cosyvoiced.tts.voice.rewrites import decoder_as_2d
+
         model = onnx.load(str(pre))
-        rewrite_conv_transpose(model)
-        onnx.save(model, str(poly))
-    return poly
+        if decoder_2d:
+            decoder_as_2d(model)
+        if poly_upsample:
+            rewrite_conv_transpose(model)
+        onnx.save(model, str(out))
+    return out
 
 
 def build_variant(name: str | Recipe, src: Path, out: Path, calib_ids: list[list[int]],
@@ -145,34 +157,31 @@ def build_variant(name: str | Recipe, src: Path, out: Path, calib_ids: list[list
         return
     import onnx
 
-    pre = prepared_model(src, work, recipe.poly_upsample)
+    pre = prepared_model(src, work, recipe.poly_upsample, recipe.decoder_2d)
     names = [n.name for n in onnx.load(str(pre), load_external_data=False).graph.node]
     include, exclude = select_nodes(names, recipe)
-    quantize_static(pre, out, None, quant_format=QuantFormat.QDQ,
+    quantize_static(pre, out, None, quant_format=getattr(QuantFormat, recipe.quant_format),
                     per_channel=recipe.per_channel,
                     weight_type=getattr(QuantType, recipe.weight_type),
-                    activation_type=QuantType.QUInt8, op_types_to_quantize=ops,
+                    activation_type=getattr(QuantType, recipe.activation_type), op_types_to_quantize=ops,
                     nodes_to_quantize=include, nodes_to_exclude=exclude,
                     calibrate_method=getattr(CalibrationMethod, recipe.calibration),
                     calibration_cache_path=calibration_ranges(pre, calib_ids, scales, recipe, work))
 
 
-def passes_gate(wer_diff: tuple[float, float, float] | list[float]) -> bool:
-    """Mean WER difference <= +0.5 points and the interval's upper bound <= +1.5."""
-    return bool(wer_diff[0] <= WER_MEAN_MAX and wer_diff[2] <= WER_UPPER_MAX)
-
-
 def measure_rtf(models: dict[str, Path], id_lists: list[list[int]], rate_hz: int,
-                scales: tuple[float, float, float], rounds: int) -> dict[str, float]:
-    """(ONNX time / audio time) at 1 intra-op thread: each sentence's best time over
-    interleaved rounds (models alternate per sentence), summed. On a shared machine the
-    best of several runs is the run that was not preempted; a median there measures the
-    neighbours' load as much as the model."""
+                scales: tuple[float, float, float], rounds: int, threads: int = 1
+                ) -> dict[str, float]:
+    """(ONNX time / audio time) at `threads` intra-op threads (1 by default): each
+    sentence's best time over interleaved rounds (models alternate per sentence), summed.
+    On a shared machine the best of several runs is the run that was not preempted; a
+    median there measures the neighbours' load as much as the model."""
     from cosyvoiced.runtime.onnx import create_session
     from cosyvoiced.tts.voice.rewrites import DECODER_2D
 
     # FP32 as voices run it at one thread (2-D decoder); QDQ variants are left as built.
-    sessions = {k: create_session(p, threads=1, rewrite=DECODER_2D) for k, p in models.items()}
+    sessions = {k: create_session(p, threads=threads, rewrite=DECODER_2D)
+                for k, p in models.items()}
     for s in sessions.values():  # warm-up
         s.run(None, feeds(id_lists[0], scales))
     best = {k: [float("inf")] * len(id_lists) for k in models}
@@ -188,16 +197,20 @@ def measure_rtf(models: dict[str, Path], id_lists: list[list[int]], rate_hz: int
 
 
 def fidelity(models: dict[str, Path], config_path: Path, texts: list[str]) -> dict[str, dict]:
-    """Whisper log-mel distance (mean |diff| of log10 mel, aligned on the shorter clip)
-    and duration ratio against FP32, noise scales 0 (deterministic)."""
+    """Whisper log-mel distance (mean |diff| of log10 mel, aligned on the shorter clip),
+    duration ratio against FP32 and mean DNSMOS OVRL (what a WER gate cannot hear: an
+    8-bit noise floor), noise scales 0 (deterministic)."""
     from faster_whisper.feature_extractor import FeatureExtractor
 
+    from tools.dnsmos import set_mos
+
     fe = FeatureExtractor(feature_size=80)
-    mels = {}
+    mels, mos = {}, {}
     for k, p in models.items():
         clips = judge.synthesize_set(p, config_path, texts, threads=2, noise=False,
-                                     system=JUDGED)
+                                     system=JUDGED)  # 16 kHz, as Whisper and DNSMOS take
         mels[k] = [(fe(c, padding=0), len(c)) for c in clips]
+        mos[k] = float(np.mean([ovrl for ovrl, _ in set_mos(clips)]))
     out = {}
     for k in models:
         dists, ratios = [], []
@@ -205,7 +218,8 @@ def fidelity(models: dict[str, Path], config_path: Path, texts: list[str]) -> di
             frames = min(m.shape[1], m0.shape[1])
             dists.append(float(np.abs(m[:, :frames] - m0[:, :frames]).mean()))
             ratios.append(n / n0)
-        out[k] = {"logmel_l1": float(np.mean(dists)), "duration_ratio": float(np.mean(ratios))}
+        out[k] = {"logmel_l1": float(np.mean(dists)), "duration_ratio": float(np.mean(ratios)),
+                  "dnsmos_ovrl": mos[k], "dnsmos_diff": mos[k] - mos["fp32"]}
     return out
 
 
@@ -226,10 +240,10 @@ def render_markdown(report: dict) -> str:
              f"{report['sentences']} sentences x {len(report['seeds'])} seeds "
              f"(seeds {report['seeds']}), onnxruntime {report['ort_version']}, "
              f"gate: mean WER diff <= +{WER_MEAN_MAX} pt and upper 95% <= +{WER_UPPER_MAX} pt, "
-             "faster than FP32.", "",
-             "| variant | size MB | RTF 1 thr | time vs FP32 | log-mel L1 | dur ratio | WER % "
-             "| WER diff pt [95% CI] | CER diff pt [95% CI] | seeds | pass |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"DNSMOS OVRL >= FP32's - {DNSMOS_DROP_MAX}, faster than FP32.", "",
+             "| variant | size MB | RTF 1 thr | time vs FP32 | log-mel L1 | dur ratio | OVRL "
+             "| WER % | WER diff pt [95% CI] | CER diff pt [95% CI] | seeds | pass |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, v in report["variants"].items():
         wd, cd = v.get("wer_diff"), v.get("cer_diff")
         wd_s = f"{wd[0]:+.2f} [{wd[1]:+.2f}, {wd[2]:+.2f}]" if wd else "-"
@@ -238,7 +252,7 @@ def render_markdown(report: dict) -> str:
         lines.append(
             f"| {name}{mark} | {v['size_mb']:.1f} | {v['rtf']:.4f} | {v['time_ratio']:.2f}x "
             f"| {v['fidelity']['logmel_l1']:.4f} | {v['fidelity']['duration_ratio']:.3f} "
-            f"| {v['wer_pct']:.2f} | {wd_s} | {cd_s} | {len(v['seeds'])} | {v.get('passed', '-')} |")
+            f"| {v['fidelity'].get('dnsmos_ovrl', float('nan')):.3f} | {v['wer_pct']:.2f} | {wd_s} | {cd_s} | {len(v['seeds'])} | {v.get('passed', '-')} |")
     lines += ["", f"Kept: **{report['kept'] or 'none'}**", ""]
     lines += [f"- {n}" for n in report.get("notes", [])]
     recipes = [RECIPES[n] for n in report["variants"] if n in RECIPES]
@@ -249,8 +263,6 @@ def render_markdown(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import onnxruntime
-
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", help="voice .onnx (its .onnx.json beside it)")
     p.add_argument("--state-dir", default="/var/lib/cosyvoiced",
@@ -267,7 +279,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2, help="threads for judging (not RTF)")
     p.add_argument("--merge-report", help="gate-report.json of an earlier run: its variants "
                    "join the table and the choice (time ratios are each run's own)")
+    p.add_argument("--no-amx", action="store_true", help="withhold AMX from this process "
+                   "first, to judge as a CPU without it runs (tools/quantize/noamx.py)")
     args = p.parse_args(argv)
+    if args.no_amx:
+        from tools.quantize.noamx import withhold_amx
+
+        withhold_amx()
+    import onnxruntime
 
     from cosyvoiced.runtime.onnx import cpu_flags, file_sha256, int8_dot
     from cosyvoiced.tts.voice.catalog import MANIFEST, validate_name
@@ -316,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
     base = scores["fp32"]
     report: dict = {"voice": voice, "model": str(src), "sentences": len(texts), "seeds": seeds,
                     "ort_version": onnxruntime.__version__, "variants": {}, "kept": None,
+                    "amx_withheld": args.no_amx,
                     "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
                     "notes": ["RTF: ONNX run time / audio time at 1 intra-op thread, each "
                               f"sentence's best of {args.rtf_rounds} interleaved rounds, "
@@ -326,7 +346,6 @@ def main(argv: list[str] | None = None) -> int:
                               "run's scoring and FP32 baseline",
                               "variants slower than FP32 cannot be kept and are judged on "
                               f"{args.slow_seeds} seed(s) only (interval against the same seeds)"]}
-    best = None
     for name, path in models.items():
         s = scores[name]
         v = {"file": path.name, "size_mb": path.stat().st_size / 1e6, "rtf": rtf[name],
@@ -334,23 +353,14 @@ def main(argv: list[str] | None = None) -> int:
              "wer_pct": 100 * s.wer, "cer_pct": 100 * s.cer}
         v["seeds"] = seeds[:s.word_errors.shape[0]]
         if name != "fp32":
-            k = s.word_errors.shape[0]  # slow variants are judged on the first seeds only
-            v["wer_diff"] = judge.bootstrap_diff(s.word_errors, base.word_errors[:k],
-                                                 base.word_counts)
-            v["cer_diff"] = judge.bootstrap_diff(s.char_errors, base.char_errors[:k],
-                                                 base.char_counts)
-            v["passed"] = passes_gate(v["wer_diff"])
+            v |= judged(s, base, fid[name]["dnsmos_diff"])
         report["variants"][name] = v
     if args.merge_report:  # variants judged in an earlier run (their own FP32 baseline)
         prev = json.loads(Path(args.merge_report).read_text(encoding="utf-8"))
         for name, v in prev["variants"].items():
             if name not in report["variants"]:
                 report["variants"][name] = {**v, "from_run": prev["created"]}
-    for name, v in report["variants"].items():
-        if name != "fp32" and v["passed"] and v["time_ratio"] < 1.0 and (
-                best is None or v["time_ratio"] < report["variants"][best]["time_ratio"]):
-            best = name
-    report["kept"] = best
+    best = report["kept"] = kept_variant(report["variants"])
 
     manifest_path = out_dir / MANIFEST
     if best is not None and best not in models:  # kept by the earlier run: leave it there

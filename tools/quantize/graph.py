@@ -40,9 +40,33 @@ def _rewritable(attrs: dict, k: int) -> bool:
             and not any(attrs.get("output_padding", [0])) and "output_shape" not in attrs)
 
 
+def _as_1d(attrs: dict, dims: list[int]) -> tuple[dict, bool] | None:
+    """The attributes of a ConvTranspose as 1-D ones, and whether it was 2-D with a unit
+    first spatial axis (the voices' 2-D decoder, cosyvoiced.tts.voice.rewrites); None if
+    it is neither."""
+    if len(dims) == 3:
+        return attrs, False
+    if len(dims) != 4 or dims[2] != 1:
+        return None
+    one = {k: v for k, v in attrs.items() if k not in ("strides", "pads", "kernel_shape",
+                                                        "dilations", "output_padding")}
+    for k in ("strides", "kernel_shape", "dilations", "output_padding"):
+        if k in attrs:
+            if len(attrs[k]) != 2 or attrs[k][0] != (0 if k == "output_padding" else 1):
+                return None
+            one[k] = attrs[k][1:]
+    if "pads" in attrs:
+        pads = attrs["pads"]
+        if len(pads) != 4 or pads[0] or pads[2]:
+            return None
+        one["pads"] = [pads[1], pads[3]]
+    return one, True
+
+
 def rewrite_conv_transpose(model, prefix: str = "/dec/") -> int:  # onnx.ModelProto
-    """Replace each rewritable 1-D ConvTranspose whose name starts with `prefix`, in place;
-    returns how many. New nodes are named `<block>/poly/...` (same sweep group)."""
+    """Replace each rewritable 1-D ConvTranspose whose name starts with `prefix`, in place
+    (or 2-D with a unit first axis: then the Conv and depth-to-time are 2-D too); returns
+    how many. New nodes are named `<block>/poly/...` (same sweep group)."""
     from onnx import helper, numpy_helper
 
     graph = model.graph
@@ -51,34 +75,43 @@ def rewrite_conv_transpose(model, prefix: str = "/dec/") -> int:  # onnx.ModelPr
     for node in graph.node:
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
         weight = inits.get(node.input[1]) if len(node.input) > 1 else None
-        if (node.op_type != "ConvTranspose" or not node.name.startswith(prefix) or weight is None
-                or len(weight.dims) != 3 or not _rewritable(attrs, weight.dims[2])):
+        flat = _as_1d(attrs, list(weight.dims)) if weight is not None else None
+        if (node.op_type != "ConvTranspose" or not node.name.startswith(prefix) or flat is None
+                or not _rewritable(flat[0], weight.dims[-1])):
             nodes.append(node)
             continue
+        attrs, two_d = flat
         w = numpy_helper.to_array(weight)
+        w = w[:, :, 0, :] if two_d else w
         stride, pad, c_out = attrs["strides"][0], attrs.get("pads", [0, 0])[0], w.shape[1]
         base = node.name.rsplit("/", 1)[0] + POLY
+        unit = [1] if two_d else []
 
         def const(name: str, value: np.ndarray, base: str = base) -> str:
             graph.initializer.append(numpy_helper.from_array(value, f"{base}/{name}"))
             return f"{base}/{name}"
 
-        conv_in = [node.input[0], const("W", polyphase_weight(w, stride))]
+        poly = polyphase_weight(w, stride)
+        conv_in = [node.input[0], const("W", poly[:, :, None, :] if two_d else poly)]
         if len(node.input) > 2 and node.input[2]:
             bias = numpy_helper.to_array(inits[node.input[2]])
             conv_in.append(const("B", np.repeat(bias, stride)))
         end = np.array([-pad if pad else np.iinfo(np.int64).max], np.int64)
+        time_axis = 3 if two_d else 2
         nodes += [
             helper.make_node("Conv", conv_in, [f"{base}/phases"], name=f"{base}/Conv",
-                             kernel_shape=[2], pads=[1, 1], strides=[1], dilations=[1]),
+                             kernel_shape=unit + [2], pads=[0, 1, 0, 1] if two_d else [1, 1],
+                             strides=unit + [1], dilations=unit + [1]),
             helper.make_node("Reshape", [f"{base}/phases", const("split", np.array(
                 [0, c_out, stride, -1], np.int64))], [f"{base}/split_out"], name=f"{base}/Reshape"),
             helper.make_node("Transpose", [f"{base}/split_out"], [f"{base}/interleaved"],
                              name=f"{base}/Transpose", perm=[0, 1, 3, 2]),
             helper.make_node("Reshape", [f"{base}/interleaved", const("merge", np.array(
-                [0, c_out, -1], np.int64))], [f"{base}/padded"], name=f"{base}/Reshape_1"),
+                [0, c_out] + unit + [-1], np.int64))], [f"{base}/padded"],
+                name=f"{base}/Reshape_1"),
             helper.make_node("Slice", [f"{base}/padded", const("start", np.array([pad], np.int64)),
-                                       const("end", end), const("axes", np.array([2], np.int64))],
+                                       const("end", end),
+                                       const("axes", np.array([time_axis], np.int64))],
                              [node.output[0]], name=f"{base}/Slice"),
         ]
         count += 1

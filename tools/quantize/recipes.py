@@ -53,6 +53,13 @@ class Recipe:
     """For calibration "Percentile"."""
     poly_upsample: bool = False
     """Rewrite the decoder's ConvTranspose as Conv + depth-to-time first (quantize_graph)."""
+    decoder_2d: bool = False
+    """Rewrite the decoder's convs as 2-D first (cosyvoiced.tts.voice.rewrites): what stays
+    float runs ORT's blocked NCHWc kernels, as FP32 voices do at one thread."""
+    activation_type: str = "QUInt8"
+    quant_format: str = "QDQ"
+    """onnxruntime QuantFormat name: QDQ (ORT fuses the pairs into QLinear kernels) or
+    QOperator (QLinear nodes written out)."""
 
 
 _STATIC = ("Conv", "MatMul")
@@ -88,6 +95,38 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
     Recipe("static_qdq_dec_poly_p9999_conv_lrelu", "static", ("Conv", "LeakyRelu"),
            scope=(DECODER,), keep_fp32=DECODER_POST, calibration="Percentile", percentile=99.99,
            poly_upsample=True),
+    # The decoder 2-D first: what stays float runs ORT's NCHWc kernels (1-D, the FP32 last
+    # stage alone took 2.5x the 2-D FP32 graph's time for it: tools/quantize/profile.py).
+    Recipe("static_qdq_dec2d_poly_p9999_chains_fp32_last_stage", "static",
+           ("Conv", "Add", "LeakyRelu"), scope=(DECODER,),
+           keep_fp32=DECODER_POST + DECODER_LAST_STAGE_SUMS + DECODER_LAST_STAGE_CONVS,
+           calibration="Percentile", percentile=99.99, poly_upsample=True, decoder_2d=True),
+    Recipe("static_qdq_dec2d_poly_p9999_chains_fp32_last_sums", "static",
+           ("Conv", "Add", "LeakyRelu"), scope=(DECODER,),
+           keep_fp32=DECODER_POST + DECODER_LAST_STAGE_SUMS,
+           calibration="Percentile", percentile=99.99, poly_upsample=True, decoder_2d=True),
+    Recipe("static_qdq_dec2d_poly_p9999_chains_fp32post", "static",
+           ("Conv", "Add", "LeakyRelu"), scope=(DECODER,), keep_fp32=DECODER_POST,
+           calibration="Percentile", percentile=99.99, poly_upsample=True, decoder_2d=True),
+    Recipe("static_qdq_dec2d_poly_p999_chains_fp32post", "static",
+           ("Conv", "Add", "LeakyRelu"), scope=(DECODER,), keep_fp32=DECODER_POST,
+           calibration="Percentile", percentile=99.9, poly_upsample=True, decoder_2d=True),
+    Recipe("static_qdq_dec2d_poly_p995_chains_fp32post", "static",
+           ("Conv", "Add", "LeakyRelu"), scope=(DECODER,), keep_fp32=DECODER_POST,
+           calibration="Percentile", percentile=99.5, poly_upsample=True, decoder_2d=True),
+    Recipe("static_qdq_dec2d_poly_p999_chains_fp32_mean", "static",
+           ("Conv", "Add", "LeakyRelu"), scope=(DECODER,),
+           keep_fp32=DECODER_POST + ("/dec/Add_4", "/dec/Add_5"),
+           calibration="Percentile", percentile=99.9, poly_upsample=True, decoder_2d=True),
+    Recipe("static_qdq_dec2d_poly_p999_chains_fp32_last_stage", "static",
+           ("Conv", "Add", "LeakyRelu"), scope=(DECODER,),
+           keep_fp32=DECODER_POST + DECODER_LAST_STAGE_SUMS + DECODER_LAST_STAGE_CONVS,
+           calibration="Percentile", percentile=99.9, poly_upsample=True, decoder_2d=True),
+    Recipe("static_qdq_dec2d_poly_entropy_chains_fp32post", "static",
+           ("Conv", "Add", "LeakyRelu"), scope=(DECODER,), keep_fp32=DECODER_POST,
+           calibration="Entropy", poly_upsample=True, decoder_2d=True),
+    Recipe("static_qdq_2d_poly_p9999_chains_fp32post", "static", _CHAINS, keep_fp32=DECODER_POST,
+           calibration="Percentile", percentile=99.99, poly_upsample=True, decoder_2d=True),
 )}
 
 

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     models = {"fp32": src}
     models[recipe.name] = work / f"{recipe.name}.onnx"
     quantize.build_variant(recipe, src, models[recipe.name], calib_ids, scales, work)
-    pre = quantize.prepared_model(src, work, recipe.poly_upsample)
+    pre = quantize.prepared_model(src, work, recipe.poly_upsample, recipe.decoder_2d)
     names = [n.name for n in onnx.load(str(pre), load_external_data=False).graph.node]
     include, exclude = select_nodes(names, recipe)
     quantized = set(include if include is not None else names) - set(exclude)
