@@ -66,12 +66,13 @@ def test_haproxy_follows_every_agent_line(agent_behind_haproxy):
                        and (weight is None or int(s["box1"]["weight"]) == weight),
                        f"{cap.agent_line().strip()!r} -> {status} {weight}", 6.0)
 
-    says(Capacity("ready", True, (), 0.37, 4), "UP", 37)
-    assert proxy.servers()["box1"]["slim"] == "4"  # maxconn from the agent
+    says(Capacity("ready", True, (), 0.37, 4), "UP", 100)  # room for a call: full weight
+    # 100 is also the configured weight: the agent was heard once maxconn came from it
+    proxy.wait_for(lambda s: s["box1"]["slim"] == "4", "maxconn 4 from the agent", 6.0)
     says(Capacity("ready", True, (), 0.0, 4), "UP", 0)  # full: out of the farm
     says(Capacity("draining", True, (), 0.5, 4), "DRAIN")
-    says(Capacity("ready", True, (), 0.8, 4), "UP", 80)  # `ready` lifts the drain
+    says(Capacity("ready", True, (), 0.8, 4), "UP", 100)  # `ready` lifts the drain
     says(Capacity("ready", False, ("workers", "event_loop"), 0.8, 4), "DOWN")
-    says(Capacity("ready", True, (), 0.6, 4), "UP", 60)
+    says(Capacity("ready", True, (), 0.6, 4), "UP", 100)
     says(Capacity("stopping", True, (), 0.0, 4), "MAINT")
     says(Capacity("ready", True, (), 1.0, 4), "UP", 100)  # a restarted daemon

@@ -4,9 +4,9 @@ HAProxy connects to `agent.listen` every `agent-inter`, reads one line and close
 HAProxy configuration manual, "agent-check": words separated by spaces, ended by a
 newline). The line is:
 
-* `up ready 37% maxconn:32` while serving: 37% of the server's configured weight is the
-  admission controller's spare real-time capacity (`WorkerPool.spare`; 0% takes the box
-  out of the farm until it has room again), `maxconn` the calls it takes at once, and
+* `up ready 100% maxconn:32` while serving with room for one more call, `up ready 0%
+  maxconn:32` while it has none (`Capacity.percent`: the box is out of the farm until it
+  has room again); `maxconn` is the calls it takes at once, and
   `ready` lifts a `drain` or `maint` this agent (or the box's previous run) said;
 * `drain` while the daemon drains on SIGTERM or reloads: no new connections, live
   calls go on;
@@ -55,9 +55,20 @@ class Capacity:
 
     @property
     def percent(self) -> int:
-        """The spare capacity as the weight percentage HAProxy takes (rounded down: 0%
-        only when less than 1% is left)."""
-        return max(0, min(100, int(self.spare * 100)))
+        """The weight percentage HAProxy takes: 100 while the box has room for one more
+        call (a spare of at least one call's share, 1 / `max_calls`, and 1%: under the
+        `max_streams` cap that is a call's two streams), 0 when it has none.
+
+        Not the spare itself. `balance leastconn` already counts the calls each box holds;
+        a weight that also falls with them counted them twice, and the spare moves with
+        every greeting and reply in flight while HAProxy hears it an agent interval late:
+        calls arriving close together were dealt by stale weights, 12 to one box and 8 to
+        the other, and the fuller box (one worker, no other to give a reply to) failed
+        where one box with two workers, which spreads its streams evenly, held
+        (docs/performance-history.md, "Scale-out on the Xeon"). So boxes with room are
+        alike to HAProxy (the configured `weight` says how big each box is) and leastconn
+        spreads calls evenly over them, as the pool spreads streams over its workers."""
+        return 100 if self.spare >= max(0.01, 1.0 / max(1, self.max_calls)) else 0
 
     @property
     def serving(self) -> bool:
