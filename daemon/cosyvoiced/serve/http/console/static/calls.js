@@ -4,7 +4,7 @@
 // barge-ins and (when asked for, signed in) what was said.
 import { call, getJson, openSocket, token } from "./api.js";
 import { CallNotes, noteFor } from "./callnotes.js";
-import { BUSY_MS } from "./status.js";
+import { BUSY_MS, speaking } from "./status.js";
 
 export const POLL_MS = 2000;
 const LIVE_POLL_MS = 5000; // while the event WebSocket is up
@@ -93,7 +93,7 @@ export class CallsPanel {
   }
 
   async poll() {
-    if (document.body.dataset.speaking) { this.schedule(BUSY_MS); return; } // not while first audio is awaited
+    if (speaking()) { this.schedule(BUSY_MS); return; }
     try {
       this.show((await getJson("/v1/calls")).calls);
     } catch (err) {

@@ -30,10 +30,10 @@ export class SpeakPanel {
     $("speak-stop").addEventListener("click", () => this.stop("stopped"));
     $("download").addEventListener("click", () => this.download());
     $("subtitles").addEventListener("click", () => save(vtt(this.words), "speech.vtt"));
-    // the audio context starts at the first press of a key or button (browsers let it run
-    // only after one), not at the first Speak: that one then waits for no device
+    // the audio context starts at the first key or button pressed in this panel (browsers
+    // let it run only after one), not at Speak: the first Speak then waits for no device
     const prime = () => this.player.open().catch(() => { /* tried again at Speak */ });
-    for (const type of ["pointerdown", "keydown"]) document.addEventListener(type, prime, { once: true, capture: true });
+    for (const type of ["pointerdown", "keydown"]) this.root.addEventListener(type, prime, { once: true });
   }
 
   /** The voice list from the daemon (its voices, then OpenAI's names and what each
@@ -70,7 +70,7 @@ export class SpeakPanel {
       json: { ...this.request, response_format: "pcm", stream_format: "sse" },
     });
     const opened = this.player.open(); // a context not yet running resumes meanwhile
-    document.body.dataset.speaking = "1"; // the panels' polls wait for the first audio
+    document.body.dataset.speaking = String(t0); // the panels' polls wait for the first audio
     this.pcm = []; this.words = []; this.heard = [];
     $("words").replaceChildren();
     for (const id of ["fig-first", "fig-rtf", "fig-audio"]) $(id).textContent = "–";

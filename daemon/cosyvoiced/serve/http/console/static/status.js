@@ -5,7 +5,14 @@ import { Plot } from "./plot.js";
 
 export const POLL_MS = 3000;
 const KEEP = 100; // 5 minutes of polls
-export const BUSY_MS = 250; // a poll due while Speak awaits its first audio waits this long
+export const BUSY_MS = 250; // a poll due while Speak awaits its first audio waits this long,
+const HOLD_MAX_MS = 2000; // but no longer than this after Speak
+
+/** Is Speak awaiting its first audio (the panels' polls would compete with it)? */
+export function speaking() {
+  const since = document.body.dataset.speaking;
+  return since !== undefined && performance.now() - Number(since) < HOLD_MAX_MS;
+}
 const $ = (id) => document.getElementById(id);
 
 /** Prometheus text as {name: [{labels, value}]} (comments skipped). */
@@ -56,7 +63,7 @@ export class StatusPanel {
   }
 
   async poll() {
-    if (document.body.dataset.speaking) { this.schedule(BUSY_MS); return; } // not while first audio is awaited
+    if (speaking()) { this.schedule(BUSY_MS); return; }
     try {
       const [status, ready, text] = await Promise.all([
         getJson("/v1/status"),
