@@ -1,7 +1,8 @@
 """The worker template with a real template process (no voice: `warm_up` off, the VAD
 graphs only): a child forked from it has it as parent and takes its pieces when its setup
 loads the same ones, dies with it, and a stuck template is killed and reported
-(`TemplateError`) instead of holding the pool; the next start brings a new one."""
+(`TemplateError`) instead of holding the pool; the next start brings a new one, and a
+start that meets a dying template waits for it and forks from the new one."""
 
 from __future__ import annotations
 
@@ -104,6 +105,38 @@ def test_a_template_that_refuses_while_it_exits_is_reaped_and_started_again(
     again, again_conn = _fork(template, setup)
     assert again_conn.recv() == (template.pid, True)
     assert refused and template.pid != first and template.starts == 2
+    again_conn.send("done")
+    again.join(10)
+    proc.join(10)
+
+
+def test_a_template_that_dies_with_the_request_is_reaped_and_started_again(
+        template, setup, monkeypatch):
+    """Killed, a template may take a start's request as it dies and never say the new
+    pid (EOF): that start must wait for it to be reaped and fork from a new one."""
+    proc, conn = _fork(template, setup)
+    conn.recv()
+    first = template.pid
+    assert first is not None
+    server = template._server
+    real = server.connect_to_new_process
+    gone: list[int] = []
+
+    def dies_once(fds: list[int]) -> tuple[int, int]:
+        if gone:
+            return real(fds)
+        gone.append(1)
+        os.kill(first, signal.SIGKILL)
+        pid_r, pid_w = os.pipe()
+        os.close(pid_w)  # the pid never comes
+        data_r, data_w = os.pipe()
+        os.close(data_r)
+        return pid_r, data_w
+
+    monkeypatch.setattr(server, "connect_to_new_process", dies_once)
+    again, again_conn = _fork(template, setup)
+    assert again_conn.recv() == (template.pid, True)
+    assert gone and template.pid != first and template.starts == 2
     again_conn.send("done")
     again.join(10)
     proc.join(10)

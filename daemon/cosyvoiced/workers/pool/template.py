@@ -44,6 +44,10 @@ DYING_WAIT_S = 5.0
 """Longest wait for a template that refused a worker to finish exiting."""
 
 
+class _Gone(TemplateError):
+    """The template took the request and died before it forked."""
+
+
 class _Server(forkserver.ForkServer):
     """A forkserver that (re)starts as the template: pinned, one thread, its setup named."""
 
@@ -131,7 +135,7 @@ class _Popen(popen_forkserver.Popen):
             self.pid = forkserver.read_signed(self.sentinel)
         except (OSError, EOFError) as exc:
             os.close(w)
-            raise TemplateError(f"the worker template is gone: {exc}") from exc
+            raise _Gone(f"the worker template is gone: {exc}") from exc
         with open(w, "wb", closefd=True) as f:
             f.write(buf.getbuffer())
 
@@ -192,6 +196,17 @@ class WorkerTemplate:
               args: Callable[[int], tuple[Any, ...]]) -> TemplateProcess:
         """A started worker process running `target(*args(template pid))`; TemplateError
         where the template does not fork it."""
+        try:
+            return self._start(target, name, args)
+        except _Gone:
+            # killed a moment ago and not reaped yet (so `ensure_running` took it for
+            # alive), it took the request as it died: once reaped, a new one forks it
+            if not self._server._reaped(DYING_WAIT_S):
+                raise
+            return self._start(target, name, args)
+
+    def _start(self, target: Callable[..., Any], name: str,
+               args: Callable[[int], tuple[Any, ...]]) -> TemplateProcess:
         self._server.ensure_running()
         proc = TemplateProcess(target=target, name=name, daemon=True,
                                args=args(self._server.pid or 0))
