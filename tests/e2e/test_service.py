@@ -4,7 +4,8 @@ Tests share a daemon where its config suits them and no test before them changed
 they look at: those on dev.toml (`shared`), those under a 0.4 s watchdog
 (`shared_watchdog`), and the token and unread-notify tests (`guarded`). The last test of
 each stops it (SIGTERM, exit 0). A test whose start fails, or that cuts its drain, starts
-a daemon of its own."""
+a daemon of its own. Only the watchdog's pings hang on the box's pace: the other tests
+are `side_by_side`."""
 
 from __future__ import annotations
 
@@ -132,6 +133,7 @@ def test_lifecycle_ready_watchdog_reload_stop(shared_watchdog):
     assert d.wait(30) == 0
 
 
+@pytest.mark.side_by_side
 def test_metrics_scrape_parses_and_counts_streams(shared):
     from prometheus_client.parser import text_string_to_metric_families
 
@@ -153,6 +155,7 @@ def test_metrics_scrape_parses_and_counts_streams(shared):
     assert after["cosyvoiced_active_streams[('kind', 'debug')]"] == 1
 
 
+@pytest.mark.side_by_side
 def test_no_watchdog_pings_without_watchdog_usec(shared):
     d = shared.get()
     ready = d.wait_ready()  # its first READY=1
@@ -176,6 +179,7 @@ def _reload(d: DaemonProcess, timeout_s: float = 10.0) -> dict:
     return got[-1]
 
 
+@pytest.mark.side_by_side
 def test_sighup_with_broken_config_keeps_running(shared, live_config, repo_root):
     d = shared.get()
     dev = (repo_root / "configs" / "dev.toml").read_text()
@@ -200,6 +204,7 @@ def test_sighup_with_broken_config_keeps_running(shared, live_config, repo_root)
     _reload(d)
 
 
+@pytest.mark.side_by_side
 def test_healthz_and_readyz_over_tcp(shared):
     base = _tcp(shared.get())
     with urllib.request.urlopen(f"{base}/healthz", timeout=10) as r:
@@ -208,6 +213,7 @@ def test_healthz_and_readyz_over_tcp(shared):
         assert json.load(r)["ready"] is True
 
 
+@pytest.mark.side_by_side
 def test_bad_config_at_start_exits_78(daemon_factory):
     d = daemon_factory(overrides=("workers.onnx_threads=0",)).start()
     assert d.wait(60) == 78
@@ -216,6 +222,7 @@ def test_bad_config_at_start_exits_78(daemon_factory):
     assert d.notify.messages == []
 
 
+@pytest.mark.side_by_side
 @pytest.mark.parametrize("key,value", [
     ("asr.model_dir", "EMPTY"),  # the directory is there, the model in it is not
     ("asr.model_dir", "/no/such/whisper"),
@@ -240,6 +247,7 @@ def test_missing_model_at_start_exits_78_with_one_line(daemon_factory, tmp_path,
     assert d.notify.messages == []
 
 
+@pytest.mark.side_by_side
 def test_second_sigterm_cuts_the_drain(daemon_factory):
     d = daemon_factory(overrides=("service.drain_timeout_s=60",)).start()
     d.wait_ready()
@@ -256,6 +264,7 @@ def test_second_sigterm_cuts_the_drain(daemon_factory):
     assert time.monotonic() - t0 < 5
 
 
+@pytest.mark.side_by_side
 def test_sigterm_waits_for_active_streams_then_exits_0(shared):
     d = shared.get()  # stopped here: the shared daemon's last test
     wait_idle(d)  # an earlier test's stream ends first
