@@ -72,7 +72,8 @@ export class SpeakPanel {
     const opened = this.player.open(); // a context not yet running resumes meanwhile
     document.body.dataset.speaking = String(t0); // the panels' polls wait for the first audio
     this.pcm = []; this.words = []; this.heard = [];
-    $("words").replaceChildren();
+    // the last words stay until this request's first word: the page does not reflow while
+    // the daemon makes the first audio (on a box shared with the daemon, drawing competes)
     for (const id of ["fig-first", "fig-rtf", "fig-audio"]) $(id).textContent = "–";
     $("download").disabled = $("subtitles").disabled = true;
     $("speak-stop").disabled = false;
@@ -97,6 +98,7 @@ export class SpeakPanel {
       }
       const tookMs = performance.now() - t0;
       const audioS = this.player.seconds;
+      if (!this.words.length) $("words").replaceChildren();
       this.mark("streamed", { responseEndedMs: tookMs.toFixed(1), synthS: audioS.toFixed(4) });
       $("fig-audio").textContent = `${audioS.toFixed(2)} s`;
       $("fig-rtf").textContent = audioS ? (tookMs / 1000 / audioS).toFixed(3) : "–";
@@ -106,6 +108,7 @@ export class SpeakPanel {
     } catch (err) {
       if (err.name === "AbortError") return;
       this.player.stop();
+      if (!this.words.length) $("words").replaceChildren();
       this.mark("error", { error: err.code || "error" });
       this.message(`Could not speak: ${err.message}${err.code ? ` (${err.code})` : ""}`, true);
       $("speak-stop").disabled = true;
@@ -141,6 +144,7 @@ export class SpeakPanel {
   }
 
   word(ev) {
+    if (!this.words.length) $("words").replaceChildren();
     const span = document.createElement("span");
     span.textContent = ev.text;
     span.dataset.i = this.words.length;
