@@ -9,10 +9,13 @@ the split without the proxy. The setups take turns at each step, all daemons up
 throughout, so other jobs on the box weigh on all alike. All share the same two cores, so
 (2) vs (1) is the cost of the proxy hop and of the split, not a gain; (3) tells them
 apart. A step passes with zero underruns, drops and refusals and reply first audio p95
-<= 500 ms. Then the hop alone: one call at a time on the idle pair, alternately straight
-to a daemon and through HAProxy, dial to the greeting's first speech (medians). Then one
-daemon of the pair is killed (SIGKILL) and a call is placed every 100 ms: the time from
-the kill to the first call answered (its greeting heard) by the survivor.
+<= 500 ms; each row also gives each daemon's calls, refusals and underruns (a split
+that dealt one box more calls shows there) and the CPU of the main, ASR and worker
+processes (and HAProxy's). Then the hop alone: one call at a time on the idle pair,
+alternately straight to a daemon and through HAProxy, dial to the greeting's first speech
+(medians). Then one daemon of the pair is killed (SIGKILL) and a call is placed every
+100 ms: the time from the kill to the first call answered (its greeting heard) by the
+survivor.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from tools.bench.calls import (
     _analyse,
     _caller,
     _controller,
+    _cpu_s,
     _pct,
 )
 from tools.bench.report import Report
@@ -54,16 +58,45 @@ def _box(d: Daemon) -> Box:
     return Box(d.port, int(d.http.rsplit(":", 1)[1]), int(agent.rsplit(":", 1)[1]))
 
 
+def _pids(d: Daemon) -> dict[str, list[int]]:
+    """The daemon's processes by role: its main process, its ASR process, its workers."""
+    status = json.load(urllib.request.urlopen(f"{d.http}/v1/status", timeout=30))
+    asr = (status["workers"].get("asr") or {}).get("pid")
+    return {"main": [d.pids[0]], "asr": [asr] if asr else [], "workers": d.pids[1:]}
+
+
+async def _calls_on(http: str, seen: dict[str, str]) -> None:
+    """Note which daemon each call started on (its `call_started` event)."""
+    from aiohttp import ClientSession, ClientTimeout
+
+    async with ClientSession(timeout=ClientTimeout(total=None)) as s:
+        async with s.get(f"{http}/v1/events") as r:
+            async for line in r.content:
+                if line.startswith(b"data: "):
+                    ev = json.loads(line[6:])
+                    if ev["type"] == "call_started":
+                        seen[ev.get("stream", "")] = http
+
+
 def _step(daemons: list[Daemon], targets: list[SimpleNamespace], n: int, duration_s: float,
-          corpus: list[np.ndarray], rng: random.Random) -> tuple[bool, list]:
+          corpus: list[np.ndarray], rng: random.Random,
+          proxy: Haproxy | None = None) -> tuple[bool, list]:
     """`n` calls dealt round-robin over `targets` (a daemon, HAProxy in front of `daemons`,
-    or the daemons themselves): passed, and the table row's figures."""
+    or the daemons themselves): passed, and the table row's figures (with each daemon's
+    calls, refusals and underruns, and the CPU of each kind of process)."""
     before = [d.counters() for d in daemons]
+    roles = [_pids(d) for d in daemons]
+    extra = {"haproxy": [proxy.proc.pid]} if proxy is not None and proxy.proc else {}
+    cpu0, t0 = {r: _cpu_s([p for x in roles for p in x.get(r, [])] + extra.get(r, []))
+                for r in ("main", "asr", "workers", "haproxy")}, time.monotonic()
     logs: dict[str, CallLog] = {}
+    seen: dict[str, str] = {}
+    """Each call's id: the daemon whose events said it started."""
 
     async def step() -> list:
         stop = asyncio.Event()
         ctls = [asyncio.create_task(_controller(d.http, logs, stop)) for d in daemons]
+        ctls += [asyncio.create_task(_calls_on(d.http, seen)) for d in daemons]
         await asyncio.sleep(0.3)
         peers = await asyncio.gather(*(
             _caller(targets[i % len(targets)], corpus, duration_s, i * 3.0 / n, logs,  # type: ignore[arg-type]
@@ -76,14 +109,24 @@ def _step(daemons: list[Daemon], targets: list[SimpleNamespace], n: int, duratio
 
     peers = asyncio.run(step())
     time.sleep(1.0)
+    elapsed = time.monotonic() - t0
+    cpu = {r: 100 * (_cpu_s([p for x in roles for p in x.get(r, [])] + extra.get(r, []))
+                     - c) / elapsed for r, c in cpu0.items()}
     after = [d.counters() for d in daemons]
-    delta = {k: sum(a.get(k, 0.0) - b.get(k, 0.0) for a, b in zip(after, before, strict=True))
-             for k in ("underruns", "dropped_frames", "refused")}
+    each = [{k: int(a.get(k, 0.0) - b.get(k, 0.0)) for k in ("underruns", "dropped_frames",
+                                                             "refused")}
+            for a, b in zip(after, before, strict=True)]
+    delta = {k: sum(e[k] for e in each) for k in ("underruns", "dropped_frames", "refused")}
+    calls = [sum(1 for h in seen.values() if h == d.http) for d in daemons]
     a = _analyse(peers)
     first50, first95 = _pct(a["first"], 50) * 1000, _pct(a["first"], 95) * 1000
     ok = all(v == 0 for v in delta.values()) and first95 <= FIRST_P95_MS
-    return ok, [n, first50, first95, int(delta["underruns"]), int(delta["dropped_frames"]),
-                int(delta["refused"]), "yes" if ok else "no"]
+    per = " / ".join(f"{c} {e['refused']} {e['underruns']}" for c, e in zip(calls, each,
+                                                                          strict=True))
+    use = " ".join(f"{cpu[r]:.0f}" for r in ("main", "asr", "workers")) + (
+        f" {cpu['haproxy']:.0f}" if extra else "")
+    return ok, [n, first50, first95, delta["underruns"], delta["dropped_frames"],
+                delta["refused"], per, use, "yes" if ok else "no"]
 
 
 async def _answered_at(port: int, timeout_s: float) -> float | None:
@@ -157,7 +200,9 @@ def run(quick: bool) -> Report:
     steps = [4, 8] if quick else [4, 6, 8, 10, 12, 14, 16, 20, 24]
     duration_s = 10.0 if quick else 20.0
     report = Report("scaleout", ["setup", "calls", "reply first audio p50 ms", "p95 ms",
-                                 "underruns", "dropped", "refused", "pass"])
+                                 "underruns", "dropped", "refused",
+                                 "per daemon: calls refused underruns",
+                                 "CPU %: main asr workers (haproxy)", "pass"])
     alone, both, dealt = "one daemon", "two daemons via haproxy", "two daemons, dealt in turn"
     passed: dict[str, dict[int, float]] = {alone: {}, both: {}, dealt: {}}
     """Steps each setup passed before its first failure, with their reply p95."""
@@ -189,7 +234,8 @@ def run(quick: bool) -> Report:
                 for label, (ds, target) in setups.items():
                     if label in failed:
                         continue
-                    ok, row = _step(ds, target, n, duration_s, corpus, rng)
+                    ok, row = _step(ds, target, n, duration_s, corpus, rng,
+                                    proxy if label == both else None)
                     report.rows.append([label, *row])
                     ran[label][n] = row[2]
                     if ok:
