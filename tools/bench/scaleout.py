@@ -129,21 +129,31 @@ def _step(daemons: list[Daemon], targets: list[SimpleNamespace], n: int, duratio
                 delta["refused"], per, use, "yes" if ok else "no"]
 
 
+def _caller_audio(peer: Peer, seconds: float) -> asyncio.Task[None]:
+    """The caller's silence from the start, as Asterisk sends it: a call waits up to
+    `audiosocket.first_frame_wait_ms` (1 s) for its caller's first frame, which sets the
+    call's format, before it greets."""
+    return asyncio.create_task(peer.play(np.zeros(int(8000 * seconds) // 160 * 160,
+                                                  dtype=np.int16)))
+
+
 async def _answered_at(port: int, timeout_s: float) -> float | None:
-    """One call through HAProxy: when its first greeting frame arrived, or None."""
+    """One call through HAProxy: when its greeting's first speech frame arrived, or None."""
     peer = Peer("127.0.0.1", port)
     try:
         await peer.connect()
     except OSError:
         return None
+    audio = _caller_audio(peer, timeout_s)
     deadline = time.monotonic() + timeout_s
     try:
         while time.monotonic() < deadline and not peer.closed:
-            if peer.call.received:
-                return peer.call.received[0].at_s
+            if len(times := peer.call.speech_times()):
+                return float(times[0])
             await asyncio.sleep(0.01)
         return None
     finally:
+        audio.cancel()
         await peer.hangup()
 
 
@@ -155,6 +165,7 @@ async def _greeted_after(port: int, timeout_s: float = 5.0) -> float | None:
         await peer.connect()
     except OSError:
         return None
+    audio = _caller_audio(peer, timeout_s)
     try:
         while time.monotonic() - t0 < timeout_s and not peer.closed:
             if len(times := peer.call.speech_times()):
@@ -162,6 +173,7 @@ async def _greeted_after(port: int, timeout_s: float = 5.0) -> float | None:
             await asyncio.sleep(0.002)
         return None
     finally:
+        audio.cancel()
         await peer.hangup()
 
 
