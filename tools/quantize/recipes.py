@@ -33,6 +33,11 @@ DECODER_LAST_STAGE_SUMS = tuple(f"/dec/resblocks.{b}/{op}" for b in (6, 7, 8)
 #: 0.67x -> 0.81-0.85x the time of FP32).
 DECODER_LAST_STAGE_CONVS = ("/dec/ups.2/poly/Conv",) + tuple(
     f"/dec/resblocks.{b}/convs.{c}/Conv" for b in (6, 7, 8) for c in (0, 1))
+#: The middle stage's residual sums (resblocks 3-5 and their mean): kept FP32 with its convs
+#: INT8, the residual stream there stays float (an 8-bit one is a noise floor DNSMOS hears).
+DECODER_MID_STAGE_SUMS = tuple(f"/dec/resblocks.{b}/{op}" for b in (3, 4, 5)
+                               for op in ("Add", "Add_1", "LeakyRelu", "LeakyRelu_1")
+                               ) + ("/dec/Add_2", "/dec/Add_3")
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,25 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            ("Conv", "Add", "LeakyRelu"), scope=(DECODER,),
            keep_fp32=DECODER_POST + DECODER_LAST_STAGE_SUMS + DECODER_LAST_STAGE_CONVS,
            calibration="Percentile", percentile=99.9, poly_upsample=True, decoder_2d=True),
+    Recipe("static_qdq_dec2d_poly_p999_conv_fp32post", "static", ("Conv",), scope=(DECODER,),
+           keep_fp32=DECODER_POST, calibration="Percentile", percentile=99.9,
+           poly_upsample=True, decoder_2d=True),
+    Recipe("static_qdq_dec2d_poly_p999_conv_fp32_last_stage", "static", ("Conv",),
+           scope=(DECODER,), keep_fp32=DECODER_POST + DECODER_LAST_STAGE_CONVS,
+           calibration="Percentile", percentile=99.9, poly_upsample=True, decoder_2d=True),
+    Recipe("static_qdq_dec2d_poly_p999_chains0_fp32_last_stage", "static",
+           ("Conv", "Add", "LeakyRelu"), scope=(DECODER,),
+           keep_fp32=DECODER_POST + DECODER_MID_STAGE_SUMS + DECODER_LAST_STAGE_SUMS
+           + DECODER_LAST_STAGE_CONVS, calibration="Percentile", percentile=99.9,
+           poly_upsample=True, decoder_2d=True),
+    Recipe("static_qdq_dec_poly_p999_chains0_fp32_last_stage", "static",
+           ("Conv", "Add", "LeakyRelu"), scope=(DECODER,),
+           keep_fp32=DECODER_POST + DECODER_MID_STAGE_SUMS + DECODER_LAST_STAGE_SUMS
+           + DECODER_LAST_STAGE_CONVS, calibration="Percentile", percentile=99.9,
+           poly_upsample=True),
+    Recipe("static_qdq_dec_poly_p999_conv_fp32_last_stage", "static", ("Conv",),
+           scope=(DECODER,), keep_fp32=DECODER_POST + DECODER_LAST_STAGE_CONVS,
+           calibration="Percentile", percentile=99.9, poly_upsample=True),
     Recipe("static_qdq_dec2d_poly_entropy_chains_fp32post", "static",
            ("Conv", "Add", "LeakyRelu"), scope=(DECODER,), keep_fp32=DECODER_POST,
            calibration="Entropy", poly_upsample=True, decoder_2d=True),
