@@ -148,7 +148,7 @@ class OpenAIConfig:
 class AgentConfig:
     listen: str = opt("")
     """HOST:PORT of the HAProxy agent-check listener (one line per connection: `up ready
-    37% maxconn:32`, `drain`, `maint` or `down`); empty: off."""
+    100% maxconn:32` or `0%` when full, `drain`, `maint` or `down`); empty: off."""
     allow_from: tuple[str, ...] = opt((), live=True)
     """Balancers allowed to connect (addresses or CIDR networks). Empty: loopback only; a
     `listen` address beyond loopback needs it."""
