@@ -143,6 +143,11 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in (
            keep_fp32=DECODER_POST + DECODER_MID_STAGE_SUMS + DECODER_LAST_STAGE_SUMS
            + DECODER_LAST_STAGE_CONVS, calibration="Percentile", percentile=99.9,
            poly_upsample=True),
+    Recipe("static_qdq_dec_poly_p9999_chains0_fp32_last_stage", "static",
+           ("Conv", "Add", "LeakyRelu"), scope=(DECODER,),
+           keep_fp32=DECODER_POST + DECODER_MID_STAGE_SUMS + DECODER_LAST_STAGE_SUMS
+           + DECODER_LAST_STAGE_CONVS, calibration="Percentile", percentile=99.99,
+           poly_upsample=True),
     Recipe("static_qdq_dec_poly_p999_conv_fp32_last_stage", "static", ("Conv",),
            scope=(DECODER,), keep_fp32=DECODER_POST + DECODER_LAST_STAGE_CONVS,
            calibration="Percentile", percentile=99.9, poly_upsample=True),
