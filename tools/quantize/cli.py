@@ -232,9 +232,10 @@ def describe(r: Recipe) -> str:
     calib = r.calibration + (f" {r.percentile}" if r.calibration == "Percentile" else "")
     return (f"{r.name}: static QDQ, {', '.join(r.op_types)} in "
             f"{', '.join(r.scope) or 'the whole graph'}, per-channel {r.weight_type} weights, "
-            f"QUInt8 activations, {calib} calibration"
+            f"{r.activation_type} activations, {calib} calibration"
             + (f", FP32 kept: {', '.join(r.keep_fp32)}" if r.keep_fp32 else "")
-            + (", ConvTranspose rewritten as Conv + depth-to-time" if r.poly_upsample else ""))
+            + (", ConvTranspose rewritten as Conv + depth-to-time" if r.poly_upsample else "")
+            + (", decoder as 2-D convs" if r.decoder_2d else ""))
 
 
 def render_markdown(report: dict) -> str:
