@@ -136,7 +136,7 @@ def make_app(daemon: DaemonView, token: str = "",
 
     @routes.get("/readyz")
     async def readyz(_request: web.Request) -> web.Response:
-        """200 while ready with spare capacity (what the HAProxy agent says as a weight);
+        """200 while ready with room for one more call (the HAProxy agent's weight 100%);
         503 while starting, draining, stalled or full."""
         cap = daemon.capacity()
         ok = daemon.ready and cap.serving

@@ -90,7 +90,7 @@ export class StatusPanel {
     $("st-workers").textContent = workers
       ? `${list.filter((w) => w.alive).length}/${list.length} up, restarts ${workers.restarts}` : "none";
     $("st-capacity").textContent = cap
-      ? `${cap.weight_percent}% spare, ${cap.max_calls} calls max` : "not ready";
+      ? `${Math.round(cap.spare * 100)}% spare, ${cap.max_calls} calls max` : "not ready";
     $("st-capacity").title = cap ? cap.agent : "";
     $("st-streams").textContent = `${status.streams.active}/${status.streams.max}`;
     const engines = [...new Set(list.map((w) => w.engine).filter(Boolean))];
@@ -98,7 +98,7 @@ export class StatusPanel {
     $("st-xruns").textContent = `${sum(metrics, "cosyvoiced_xruns_total")} / ` +
       `${sum(metrics, "cosyvoiced_underruns_total")}`;
     $("st-refused").textContent = String(sum(metrics, "cosyvoiced_admissions_refused_total"));
-    const spare = cap ? cap.weight_percent : 0;
+    const spare = cap ? Math.round(cap.spare * 100) : 0;
     const first = this.metrics ? p95(this.metrics, metrics, "cosyvoiced_tts_first_audio_seconds") : null;
     this.metrics = metrics;
     if (first !== null) this.lastFirst = first;
