@@ -10,7 +10,7 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -82,64 +82,57 @@ def test_the_template_s_death_takes_its_children_and_the_next_start_brings_a_new
     again.join(10)
 
 
-def test_a_template_that_refuses_while_it_exits_is_reaped_and_started_again(
-        template, setup, monkeypatch):
-    """Killed, a template's workers die before it can be reaped: a start in between is
-    refused by a template that still looks alive, and must start a new one."""
+def _killed_at_the_next_start(template: WorkerTemplate, setup: WorkerSetup,
+                              monkeypatch: pytest.MonkeyPatch,
+                              meets: Callable[[], tuple[int, int]]) -> None:
+    """The next start kills the (loaded) template and meets it dying as `meets` says (it
+    raises or returns the connection): that start must fork from a new template."""
     proc, conn = _fork(template, setup)
     conn.recv()
     first = template.pid
     assert first is not None
     server = template._server
     real = server.connect_to_new_process
-    refused: list[int] = []
+    met: list[int] = []
 
-    def refuse_once(fds: list[int]) -> tuple[int, int]:
-        if not refused:
-            refused.append(1)
-            os.kill(first, signal.SIGKILL)
-            raise ConnectionRefusedError(111, "Connection refused")
-        return real(fds)
+    def once(fds: list[int]) -> tuple[int, int]:
+        if met:
+            return real(fds)
+        met.append(1)
+        os.kill(first, signal.SIGKILL)
+        return meets()
 
-    monkeypatch.setattr(server, "connect_to_new_process", refuse_once)
+    monkeypatch.setattr(server, "connect_to_new_process", once)
     again, again_conn = _fork(template, setup)
     assert again_conn.recv() == (template.pid, True)
-    assert refused and template.pid != first and template.starts == 2
+    assert met and template.pid != first and template.starts == 2
     again_conn.send("done")
     again.join(10)
     proc.join(10)
+
+
+def test_a_template_that_refuses_while_it_exits_is_reaped_and_started_again(
+        template, setup, monkeypatch):
+    """Killed, a template's workers die before it can be reaped: a start in between is
+    refused by a template that still looks alive, and must start a new one."""
+    def refused() -> tuple[int, int]:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    _killed_at_the_next_start(template, setup, monkeypatch, refused)
 
 
 def test_a_template_that_dies_with_the_request_is_reaped_and_started_again(
         template, setup, monkeypatch):
     """Killed, a template may take a start's request as it dies and never say the new
     pid (EOF): that start must wait for it to be reaped and fork from a new one."""
-    proc, conn = _fork(template, setup)
-    conn.recv()
-    first = template.pid
-    assert first is not None
-    server = template._server
-    real = server.connect_to_new_process
-    gone: list[int] = []
-
-    def dies_once(fds: list[int]) -> tuple[int, int]:
-        if gone:
-            return real(fds)
-        gone.append(1)
-        os.kill(first, signal.SIGKILL)
+    def taken_and_gone() -> tuple[int, int]:
         pid_r, pid_w = os.pipe()
         os.close(pid_w)  # the pid never comes
         data_r, data_w = os.pipe()
         os.close(data_r)
         return pid_r, data_w
 
-    monkeypatch.setattr(server, "connect_to_new_process", dies_once)
-    again, again_conn = _fork(template, setup)
-    assert again_conn.recv() == (template.pid, True)
-    assert gone and template.pid != first and template.starts == 2
-    again_conn.send("done")
-    again.join(10)
-    proc.join(10)
+    _killed_at_the_next_start(template, setup, monkeypatch, taken_and_gone)
 
 
 def test_a_stuck_template_is_killed_and_reported(template, setup, monkeypatch):
