@@ -3,8 +3,8 @@
 A variant passes when its WER against FP32's, judged by Whisper on the same sentences and
 seeds, has a mean difference <= `WER_MEAN_MAX` points and a bootstrap 95% upper bound
 <= `WER_UPPER_MAX`, and its mean DNSMOS OVRL (noise scales 0) is at most `DNSMOS_DROP_MAX`
-under FP32's (Whisper does not hear an 8-bit noise floor; DNSMOS does); of those that pass, the fastest one faster than FP32 is kept. None
-kept: the voice runs FP32 (no manifest, so `tts.precision = "auto"` loads FP32).
+under FP32's (Whisper does not hear an 8-bit noise floor; DNSMOS does); of those that
+pass, the fastest one faster than FP32 is kept. None kept: the voice runs FP32 (no manifest, so `tts.precision = "auto"` loads FP32).
 """
 
 from __future__ import annotations
@@ -39,9 +39,6 @@ def judged(scores: Scores, base: Scores, dnsmos_diff: float) -> dict[str, Any]:
 
 def kept_variant(variants: dict[str, dict[str, Any]]) -> str | None:
     """The fastest variant that passed and runs faster than FP32; None: FP32."""
-    best = None
-    for name, v in variants.items():
-        if name != "fp32" and v.get("passed") and v["time_ratio"] < 1.0 and (
-                best is None or v["time_ratio"] < variants[best]["time_ratio"]):
-            best = name
-    return best
+    faster = [name for name, v in variants.items()
+              if name != "fp32" and v.get("passed") and v["time_ratio"] < 1.0]
+    return min(faster, key=lambda name: variants[name]["time_ratio"], default=None)

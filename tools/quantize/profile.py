@@ -58,39 +58,16 @@ def summarize(events: list[dict], runs: int) -> dict[str, Any]:
                                       for n in names if n.startswith("/dec/"))}
 
 
-def _session(model: Path, threads: int, prefix: str | None) -> Any:
-    """A CPU session as voices build it (all graph optimizations, sequential, no spin);
-    FP32's decoder 2-D; with `prefix`, ORT's profiler on."""
-    import onnx
-    import onnxruntime as ort
-
-    from cosyvoiced.tts.voice.rewrites import DECODER_2D
-
-    m = onnx.load(str(model))
-    try:
-        DECODER_2D.apply(m)
-    except ValueError:  # a quantized decoder: run as built
-        m = onnx.load(str(model))
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    opts.log_severity_level = 3
-    if prefix:
-        opts.enable_profiling = True
-        opts.profile_file_prefix = prefix
-    return ort.InferenceSession(m.SerializeToString(), sess_options=opts,
-                                providers=["CPUExecutionProvider"])
-
-
 def profile_model(model: Path, id_lists: list[list[int]], scales: tuple[float, float, float],
                   threads: int, rounds: int) -> dict[str, Any]:
+    from cosyvoiced.runtime.onnx import create_session
+    from cosyvoiced.tts.voice.rewrites import DECODER_2D
     from tools.quantize import cli as quantize
 
     with tempfile.TemporaryDirectory(prefix="ort-profile-") as tmp:
-        session = _session(model, threads, f"{tmp}/p")
+        # as voices run it (FP32's decoder 2-D; a quantized decoder as built), profiled
+        session = create_session(model, threads=threads, rewrite=DECODER_2D,
+                                 profile_prefix=f"{tmp}/p")
         for _ in range(rounds + 1):  # the first pass warms up (arenas, kernels), dropped below
             for ids in id_lists:
                 session.run(None, quantize.feeds(ids, scales))

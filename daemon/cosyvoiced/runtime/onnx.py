@@ -237,7 +237,8 @@ def _shared_session(ort: Any, path: Path, threads: int, inter: int,
 def create_session(model_path: str | os.PathLike[str] | bytes, *, threads: int = 1,
                    inter_threads: int = 1, cache_dir: str | os.PathLike[str] | None = None,
                    spin: bool = False, rewrite: GraphRewrite | None = None,
-                   shared_weights: bool = False, arena: bool = True) -> ort.InferenceSession:
+                   shared_weights: bool = False, arena: bool = True,
+                   profile_prefix: str | None = None) -> ort.InferenceSession:
     """A CPU session for `model_path` with `threads` intra-op threads.
 
     With `cache_dir`, the optimized graph is saved there on first use and loaded from
@@ -252,6 +253,8 @@ def create_session(model_path: str | os.PathLike[str] | bytes, *, threads: int =
     for the life of the session; False: each run's buffers are freed after it (to the
     allocator, which the worker trims), for a few percent more CPU per run on the voice
     (docs/performance.md, memory).
+    `profile_prefix`: ORT's profiler on, its trace written to `<prefix>_<date>.json` when
+    the session's `end_profiling()` is called (tools only).
     """
     ort = import_ort()
     if threads < 1 or inter_threads < 1:
@@ -288,6 +291,9 @@ def create_session(model_path: str | os.PathLike[str] | bytes, *, threads: int =
         source = _rewritten(model, rewrite)
     opts = _options(ort, threads, inter_threads, spin, arena)
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if profile_prefix:
+        opts.enable_profiling = True
+        opts.profile_file_prefix = profile_prefix
     try:
         return _session(ort, source, opts)
     except OnnxError:

@@ -56,6 +56,17 @@ def test_session_options_are_explicit(tiny_model, monkeypatch):
     np.testing.assert_allclose(factory.run(sess, {"x": x})[0], expected(x))
 
 
+def test_a_profiled_session_writes_each_nodes_time(tiny_model, tmp_path):
+    import json
+
+    sess = create_session(tiny_model, threads=1, profile_prefix=str(tmp_path / "p"))
+    x = np.ones((2, 4), dtype=np.float32)
+    np.testing.assert_allclose(factory.run(sess, {"x": x})[0], expected(x))
+    trace = json.loads((tmp_path / sess.end_profiling()).read_text())
+    assert [e for e in trace if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    assert not create_session(tiny_model, threads=1).get_session_options().enable_profiling
+
+
 def test_optimized_model_is_cached_and_reused(tiny_model, tmp_path, monkeypatch):
     cache = tmp_path / "cache"
     cached = cache_path_for(tiny_model, cache)
