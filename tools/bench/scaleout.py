@@ -32,6 +32,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from cosyvoiced.testing.audiosocket_peer import Peer
+from cosyvoiced.testing.events import follow_events
 from cosyvoiced.testing.haproxy import Box, Haproxy
 from cosyvoiced.testing.prompts import prompts
 from tools.bench.calls import (
@@ -65,19 +66,6 @@ def _pids(d: Daemon) -> dict[str, list[int]]:
     return {"main": [d.pids[0]], "asr": [asr] if asr else [], "workers": d.pids[1:]}
 
 
-async def _calls_on(http: str, seen: dict[str, str]) -> None:
-    """Note which daemon each call started on (its `call_started` event)."""
-    from aiohttp import ClientSession, ClientTimeout
-
-    async with ClientSession(timeout=ClientTimeout(total=None)) as s:
-        async with s.get(f"{http}/v1/events") as r:
-            async for line in r.content:
-                if line.startswith(b"data: "):
-                    ev = json.loads(line[6:])
-                    if ev["type"] == "call_started":
-                        seen[ev.get("stream", "")] = http
-
-
 def _step(daemons: list[Daemon], targets: list[SimpleNamespace], n: int, duration_s: float,
           corpus: list[np.ndarray], rng: random.Random,
           proxy: Haproxy | None = None) -> tuple[bool, list]:
@@ -90,13 +78,14 @@ def _step(daemons: list[Daemon], targets: list[SimpleNamespace], n: int, duratio
     cpu0, t0 = {r: _cpu_s([p for x in roles for p in x.get(r, [])] + extra.get(r, []))
                 for r in ("main", "asr", "workers", "haproxy")}, time.monotonic()
     logs: dict[str, CallLog] = {}
-    seen: dict[str, str] = {}
-    """Each call's id: the daemon whose events said it started."""
+    events: list[list[dict]] = [[] for _ in daemons]
+    """Each daemon's events over the step (its `call_started`: the calls it took)."""
 
     async def step() -> list:
         stop = asyncio.Event()
         ctls = [asyncio.create_task(_controller(d.http, logs, stop)) for d in daemons]
-        ctls += [asyncio.create_task(_calls_on(d.http, seen)) for d in daemons]
+        ctls += [asyncio.create_task(follow_events(d.http, sink, stop))
+                 for d, sink in zip(daemons, events, strict=True)]
         await asyncio.sleep(0.3)
         peers = await asyncio.gather(*(
             _caller(targets[i % len(targets)], corpus, duration_s, i * 3.0 / n, logs,  # type: ignore[arg-type]
@@ -117,7 +106,7 @@ def _step(daemons: list[Daemon], targets: list[SimpleNamespace], n: int, duratio
                                                              "refused")}
             for a, b in zip(after, before, strict=True)]
     delta = {k: sum(e[k] for e in each) for k in ("underruns", "dropped_frames", "refused")}
-    calls = [sum(1 for h in seen.values() if h == d.http) for d in daemons]
+    calls = [sum(e["type"] == "call_started" for e in sink) for sink in events]
     a = _analyse(peers)
     first50, first95 = _pct(a["first"], 50) * 1000, _pct(a["first"], 95) * 1000
     ok = all(v == 0 for v in delta.values()) and first95 <= FIRST_P95_MS
