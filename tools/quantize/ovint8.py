@@ -14,7 +14,6 @@ or a log-mel bound for the accuracy-control flow. Timing and the gate: `ovgate.p
 from __future__ import annotations
 
 import io
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +21,23 @@ from typing import Any
 
 import numpy as np
 
-from tools.quantize.recipes import DECODER_LAST_STAGE_SUMS, DECODER_POST
+from tools.quantize.recipes import (
+    DECODER_LAST_STAGE_CONVS,
+    DECODER_LAST_STAGE_SUMS,
+    DECODER_MID_STAGE_SUMS,
+    DECODER_POST,
+)
 
 #: conv_post and the LeakyRelu before it: the waveform stays float.
 KEEP_POST = DECODER_POST
 #: And the last stage's residual stream (resblocks 6-8's sums and their mean).
 KEEP_LAST_STREAM = DECODER_POST + DECODER_LAST_STAGE_SUMS
+#: And the middle stage's (resblocks 3-5).
+KEEP_STREAMS = KEEP_LAST_STREAM + DECODER_MID_STAGE_SUMS
+#: The whole last stage (its upsampler, here a ConvTranspose, and resblocks 6-8's convs
+#: too): what the ORT variant that passed the full gate keeps float.
+KEEP_LAST_STAGE = KEEP_LAST_STREAM + ("/dec/ups.2/ConvTranspose",) + tuple(
+    n for n in DECODER_LAST_STAGE_CONVS if "/ups." not in n)
 
 
 @dataclass(frozen=True)
@@ -62,16 +72,33 @@ VARIANTS: dict[str, OvVariant] = {v.name: v for v in (
     OvVariant("ov_fp32_last_stream", keep_float=KEEP_LAST_STREAM),
     OvVariant("ov_fp32_last_stream_mixed_fullbc", preset="mixed", fast_bias_correction=False,
               keep_float=KEEP_LAST_STREAM),
-    OvVariant("ov_accuracy_l1_004", keep_float=KEEP_POST, max_logmel_drop=0.04),
+    OvVariant("ov_fp32_streams", keep_float=KEEP_STREAMS),
+    OvVariant("ov_fp32_last_stage", keep_float=KEEP_LAST_STAGE),
+    OvVariant("ov_accuracy_mixed_l1_004", preset="mixed", keep_float=KEEP_POST,
+              max_logmel_drop=0.04),
     # per-channel activations: NNCF refuses them for convs ("incompatible with HW
     # capabilities", the CPU's config quantizes activations per tensor)
 )}
 
 
-def float_patterns(names: Sequence[str]) -> list[str]:
-    """IgnoredScope patterns for ONNX node names as OpenVINO names what it made of them
-    (a Conv becomes `NAME/WithoutBiases` + its bias Add `NAME`; LeakyRelu a PRelu `NAME`)."""
-    return [f"^{re.escape(n)}(/WithoutBiases)?$" for n in names]
+CONVS = ("Convolution", "GroupConvolution", "ConvolutionBackpropData",
+         "GroupConvolutionBackpropData")
+
+
+def float_names(model: Any, names: Sequence[str]) -> list[str]:
+    """The OpenVINO ops that ONNX nodes `names` became, for NNCF's ignored_scope: a Conv is
+    `NAME/WithoutBiases` + its bias Add `NAME`, a ConvTranspose an unnamed backprop conv +
+    the bias Add `NAME` (the conv found through that Add), a LeakyRelu a PRelu `NAME`."""
+    wanted = set(names)
+    found = []
+    for op in model.get_ordered_ops():
+        name = op.get_friendly_name()
+        if name in wanted or name.removesuffix("/WithoutBiases") in wanted:
+            found.append(name)
+            src = op.input_value(0).get_node()
+            if op.get_type_name() == "Add" and src.get_type_name() in CONVS:
+                found.append(src.get_friendly_name())
+    return sorted(set(found))
 
 
 def decoder_graph(model_path: str | Path) -> tuple[bytes, str]:
@@ -144,7 +171,7 @@ def quantize(model: Any, calibration: Sequence[dict[str, np.ndarray]], variant: 
         "preset": getattr(nncf.QuantizationPreset, variant.preset.upper()),
         "subset_size": len(calibration),
         "fast_bias_correction": variant.fast_bias_correction,
-        "ignored_scope": nncf.IgnoredScope(patterns=float_patterns(variant.keep_float),
+        "ignored_scope": nncf.IgnoredScope(names=float_names(model, variant.keep_float),
                                            validate=False),
     }
     if variant.smooth_quant_conv is not None:
@@ -176,8 +203,7 @@ def int8_summary(model: Any) -> dict[str, Any]:
         kind = op.get_type_name()
         if kind == "FakeQuantize":
             fq += 1
-        elif kind in ("Convolution", "GroupConvolution", "ConvolutionBackpropData",
-                      "GroupConvolutionBackpropData"):
+        elif kind in CONVS:
             src = op.input_value(0).get_node().get_type_name()
             (int8 if src == "FakeQuantize" else flt).append(op.get_friendly_name())
     return {"fake_quantize": fq, "int8_convs": int8, "float_convs": flt}
