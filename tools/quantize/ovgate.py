@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import sys
 import tempfile
@@ -194,6 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--wer-max-ratio", type=float, default=0.65,
                    help="judge WER only for variants at most this share of FP32's time")
     p.add_argument("--threads", type=int, default=2, help="threads for judging (not timing)")
+    p.add_argument("--gate-sentences", type=int, default=0,
+                   help="first N judge sentences for the gate (0: the gate's own: 40 or all)")
+    p.add_argument("--gate-seeds", type=int, default=0, help="seeds (0: the gate's own: 2 or 5)")
     p.add_argument("--wer-all", action="store_true",
                    help="judge WER also where DNSMOS already failed the gate")
     p.add_argument("--timing-only", action="store_true", help="no fidelity, no gate")
@@ -240,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                    [latent].shape[1])
     fp32_model = ovint8.ov_model(graph, latent, channels)
 
+    @functools.cache
     def calibration() -> list[dict[str, np.ndarray]]:
         seeded = work / f"calibration-seeded-{src.stem}.onnx"
         if not seeded.exists():
@@ -248,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
         ids = ids[:args.calibration_sentences] if args.calibration_sentences else ids
         return latents(seeded, ids, scales, args.threads)
 
+    @functools.cache
     def validation() -> list[tuple[dict[str, np.ndarray], np.ndarray]]:
         held = texts[-args.validation_sentences:]
         items = latents(src, phoneme_ids(held, config_path), (0.0, scales[1], 0.0), args.threads)
@@ -286,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
             "decoder_ratio": times[name]["decoder_rtf"] / times["fp32"]["decoder_rtf"]}
     if args.timing_only:
         return finish(report, work / f"ovgate-{report['amx']}-timing.json")
+    finish(report, work / f"ovgate-{report['amx']}-{args.gate}.json")  # so far
     judge_fast = {"fp32": {}} | {n: ovint8.compile_windows(built[n], latent, channels, wins,
                                                            threads=args.threads, pin=False)
                                  for n in names}
@@ -294,8 +301,10 @@ def main(argv: list[str] | None = None) -> int:
     report["fp32"] |= fid["fp32"]
     for name in names:
         report["variants"][name] |= fid[name]
+    finish(report, work / f"ovgate-{report['amx']}-{args.gate}.json")
     if args.gate != "none":
         limit, n_seeds = SHORT if args.gate == "short" else (len(texts), 5)
+        limit, n_seeds = args.gate_sentences or limit, args.gate_seeds or n_seeds
         gate_texts, seeds = texts[:limit], list(range(1, n_seeds + 1))
         whisper = judge.WhisperJudge(threads=args.threads)
         refs = judge.spoken_references(gate_texts)
