@@ -4,7 +4,8 @@ audio for the same text, and what ten open tabs cost the daemon at idle.
 First sound: the Speak panel's `audioStartedMs` (from pressing Speak to the Web Audio
 clock passing the first chunk's start), against the time from sending the same
 `POST /v1/audio/speech` (pcm, sse) to its first `speech.audio.delta`, measured from Python
-on the same box; alternated, medians of the repeats. Each speak's profile (the request
+on the same box; alternated, medians of the repeats. The browser runs at nice 19 (it stands
+for an operator's workstation, not a process of the call box). Each speak's profile (the request
 sent, its headers, first bytes, the first chunk scheduled, the output latency) and the
 daemon's own first audio (`X-Time-To-First-Audio-Ms`) for each path say where the page's
 time goes; the harness waits for a speak by a slow poll, drawing nothing meanwhile. Idle: CPU ticks of the daemon's main
@@ -26,6 +27,11 @@ from tools.bench.calls import Daemon
 from tools.bench.report import Report, cpu_flags
 
 CHROMIUM = "/usr/bin/chromium"
+BROWSER_NICE = 19
+"""The browser stands for an operator's workstation, which is not the call box: on these
+two cores it runs at this niceness, so it gets what the daemon leaves. At nice 0 it took
+the daemon's cores while they synthesized: the daemon's own first audio for the page's
+requests 63.7 ms against 54.9 for the API's (2026-12-06)."""
 TEXT = "Thank you for calling. Your order will arrive on Tuesday afternoon."
 REPEATS = 15
 TABS = 10
@@ -116,6 +122,14 @@ RAW_FETCH = """async (text) => {
 """The same request by a bare `fetch` in the page: the browser's part of the page's time."""
 
 
+def niced_browser(tmp: Path) -> str:
+    """A launcher running Chromium (and the processes it forks) at BROWSER_NICE."""
+    path = tmp / "chromium"
+    path.write_text(f'#!/bin/sh\nexec nice -n {BROWSER_NICE} {CHROMIUM} "$@"\n')
+    path.chmod(0o755)
+    return str(path)
+
+
 def run(quick: bool) -> Report:
     from playwright.sync_api import sync_playwright
 
@@ -125,7 +139,7 @@ def run(quick: bool) -> Report:
         d = Daemon(Path(tmp))
         try:
             with sync_playwright() as p:
-                browser = p.chromium.launch(executable_path=CHROMIUM,
+                browser = p.chromium.launch(executable_path=niced_browser(Path(tmp)),
                                             args=["--autoplay-policy=no-user-gesture-required"])
                 page = browser.new_page()
                 page.goto(d.http + "/")
@@ -189,7 +203,8 @@ def run(quick: bool) -> Report:
                       "page_bare_fetch_ms": raw, "audio_output_latency_ms": latency_ms,
                       "idle_window_s": idle_s, "idle_no_tab_pct": none,
                       f"idle_{TABS}_tabs_pct": ten, "cpu": cpu_flags()}
-    report.notes.append(f"{cpu_flags()}; {len(d.pids)} processes (main + workers)")
+    report.notes.append(f"{cpu_flags()}; {len(d.pids)} processes (main + workers); "
+                        f"the browser at nice {BROWSER_NICE}")
     report.target("first sound page/API", ratio, "<= 1.2", ratio <= 1.2)
     report.target(f"{TABS} tabs idle, % of a core over no tab", extra, "<= 2", extra <= 2.0)
     return report
