@@ -279,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"built {name} in {time.perf_counter() - t0:.0f}s: {summary}", file=sys.stderr,
               flush=True)
         fast[name] = ovint8.compile_windows(built[name], latent, channels, wins, threads=1)
+        summary["kernels"] = ovint8.kernels(fast[name][max(wins)])
 
     report["load"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     ids = phoneme_ids(texts[:args.rtf_sentences], config_path)

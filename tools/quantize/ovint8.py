@@ -209,6 +209,20 @@ def int8_summary(model: Any) -> dict[str, Any]:
     return {"fake_quantize": fq, "int8_convs": int8, "float_convs": flt}
 
 
+def kernels(session: Any) -> dict[str, int]:
+    """How many of a compiled decoder's convs ran which kernel: `layer kernel precision`
+    (e.g. `Convolution brgconv_avx512_amx_i8 i8`: AMX tiles; `..._vnni...` or
+    `brgconv_avx512_i8`: VNNI), from OpenVINO's runtime model."""
+    counts: dict[str, int] = {}
+    for op in session.compiled.get_runtime_model().get_ordered_ops():
+        info = op.get_rt_info()
+        layer = info["layerType"].astype(str)
+        if "onv" in layer:  # Convolution, Deconvolution
+            key = f"{layer} {info['primitiveType'].astype(str)} {info['runtimePrecision'].astype(str)}"
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
 def compile_windows(model: Any, latent: str, channels: int, windows: Sequence[int],
                     threads: int = 1, precision: str = "f32",
                     pin: bool = True) -> dict[int, Any]:

@@ -139,3 +139,13 @@ def test_smooth_quant_for_convs_is_applied(ov8):
     q = ovint8.quantize(model, latents(8, 1), ovint8.VARIANTS["ov_fp32post_sq"])
     assert any("nncf_smooth_quant" in op.get_friendly_name() for op in q.get_ordered_ops())
     assert ovint8.int8_summary(q)["float_convs"] == ["/dec/conv_post/Conv/WithoutBiases"]
+
+
+def test_kernels_name_the_int8_convs_openvino_ran(ov8):
+    ovint8, model = ov8
+    q = ovint8.quantize(model, latents(8, 1), ovint8.OvVariant("post", keep_float=ovint8.KEEP_POST))
+    session = ovint8.compile_windows(q, LATENT, CHANNELS, [256], threads=1, pin=False)[256]
+    counts = ovint8.kernels(session)
+    assert sum(counts.values()) == 5  # conv_pre, the upsampler, 2 in the resblock, conv_post
+    assert sum(n for k, n in counts.items() if k.endswith(" i8")) >= 4
+    assert sum(n for k, n in counts.items() if k.endswith(" f32")) >= 1  # conv_post
