@@ -180,7 +180,7 @@ def render(report: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("model", help="voice .onnx (its .onnx.json beside it)")
-    p.add_argument("--variants", default="ov_fp32post,ov_fp32_last_stream",
+    p.add_argument("--variants", default="ov_poly_fp32post,ov_poly_fp32_last_stream",
                    help="tools/quantize/ovint8.py VARIANTS, comma-separated")
     p.add_argument("--work", default="ovint8-work", help="IR, latents and reports kept here")
     p.add_argument("--no-amx", action="store_true", help="withhold AMX first (noamx.py)")
@@ -239,10 +239,13 @@ def main(argv: list[str] | None = None) -> int:
     if split is None:
         raise SystemExit(f"{src}: no latent seam")
     wins = windows(split, rate_hz)
-    graph, latent = ovint8.decoder_graph(src)
+    latent = split.seam.latent
     channels = int(split.latent(feeds(phoneme_ids(texts[:1], config_path)[0], scales))
                    [latent].shape[1])
-    fp32_model = ovint8.ov_model(graph, latent, channels)
+
+    @functools.cache
+    def fp32_model(poly: bool) -> Any:
+        return ovint8.ov_model(ovint8.decoder_graph(src, poly)[0], latent, channels)
 
     @functools.cache
     def calibration() -> list[dict[str, np.ndarray]]:
@@ -271,8 +274,9 @@ def main(argv: list[str] | None = None) -> int:
     built: dict[str, Any] = {}
     for name in names:
         t0 = time.perf_counter()
-        built[name] = ovint8.build(fp32_model, ovint8.VARIANTS[name], work / f"{name}.xml",
-                                   calibration, validation, rate_hz)
+        variant = ovint8.VARIANTS[name]
+        built[name] = ovint8.build(fp32_model(variant.poly_upsample), variant,
+                                   work / f"{name}.xml", calibration, validation, rate_hz)
         report["variants"][name] = summary = ovint8.int8_summary(built[name])
         summary["float_convs"] = len(summary.pop("float_convs"))
         summary["int8_convs"] = len(summary["int8_convs"])

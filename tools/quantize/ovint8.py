@@ -36,8 +36,7 @@ KEEP_LAST_STREAM = DECODER_POST + DECODER_LAST_STAGE_SUMS
 KEEP_STREAMS = KEEP_LAST_STREAM + DECODER_MID_STAGE_SUMS
 #: The whole last stage (its upsampler, here a ConvTranspose, and resblocks 6-8's convs
 #: too): what the ORT variant that passed the full gate keeps float.
-KEEP_LAST_STAGE = KEEP_LAST_STREAM + ("/dec/ups.2/ConvTranspose",) + tuple(
-    n for n in DECODER_LAST_STAGE_CONVS if "/ups." not in n)
+KEEP_LAST_STAGE = KEEP_LAST_STREAM + ("/dec/ups.2/ConvTranspose",) + DECODER_LAST_STAGE_CONVS
 
 
 @dataclass(frozen=True)
@@ -58,24 +57,33 @@ class OvVariant:
     max_logmel_drop: float | None = None
     """Set: `quantize_with_accuracy_control`, reverting layers to float until the log-mel
     L1 to FP32's audio on held-out sentences is at most this (Whisper's log-mel units)."""
+    poly_upsample: bool = False
+    """The upsamplers' ConvTranspose as Conv + depth-to-time first (tools/quantize/graph.py,
+    exact): OpenVINO runs an INT8 ConvTranspose on its f32 kernels, an INT8 Conv on i8."""
 
 
 VARIANTS: dict[str, OvVariant] = {v.name: v for v in (
     OvVariant("ov_default"),
     OvVariant("ov_fp32post", keep_float=KEEP_POST),
-    OvVariant("ov_fp32post_fullbc", fast_bias_correction=False, keep_float=KEEP_POST),
     OvVariant("ov_fp32post_mixed", preset="mixed", keep_float=KEEP_POST),
-    OvVariant("ov_fp32post_mixed_fullbc", preset="mixed", fast_bias_correction=False,
-              keep_float=KEEP_POST),
-    OvVariant("ov_fp32post_quantile", range_estimator="MEAN_QUANTILE", keep_float=KEEP_POST),
-    OvVariant("ov_fp32post_sq", smooth_quant_conv=0.5, keep_float=KEEP_POST),
-    OvVariant("ov_fp32_last_stream", keep_float=KEEP_LAST_STREAM),
-    OvVariant("ov_fp32_last_stream_mixed_fullbc", preset="mixed", fast_bias_correction=False,
-              keep_float=KEEP_LAST_STREAM),
-    OvVariant("ov_fp32_streams", keep_float=KEEP_STREAMS),
-    OvVariant("ov_fp32_last_stage", keep_float=KEEP_LAST_STAGE),
-    OvVariant("ov_accuracy_mixed_l1_004", preset="mixed", keep_float=KEEP_POST,
-              max_logmel_drop=0.04),
+    OvVariant("ov_poly_fp32post", keep_float=KEEP_POST, poly_upsample=True),
+    OvVariant("ov_poly_fp32post_fullbc", fast_bias_correction=False, keep_float=KEEP_POST,
+              poly_upsample=True),
+    OvVariant("ov_poly_fp32post_mixed", preset="mixed", keep_float=KEEP_POST,
+              poly_upsample=True),
+    OvVariant("ov_poly_fp32post_mixed_fullbc", preset="mixed", fast_bias_correction=False,
+              keep_float=KEEP_POST, poly_upsample=True),
+    OvVariant("ov_poly_fp32post_quantile", range_estimator="MEAN_QUANTILE",
+              keep_float=KEEP_POST, poly_upsample=True),
+    OvVariant("ov_poly_fp32post_sq", smooth_quant_conv=0.5, keep_float=KEEP_POST,
+              poly_upsample=True),
+    OvVariant("ov_poly_fp32_last_stream", keep_float=KEEP_LAST_STREAM, poly_upsample=True),
+    OvVariant("ov_poly_fp32_last_stream_mixed_fullbc", preset="mixed",
+              fast_bias_correction=False, keep_float=KEEP_LAST_STREAM, poly_upsample=True),
+    OvVariant("ov_poly_fp32_streams", keep_float=KEEP_STREAMS, poly_upsample=True),
+    OvVariant("ov_poly_fp32_last_stage", keep_float=KEEP_LAST_STAGE, poly_upsample=True),
+    OvVariant("ov_poly_accuracy_mixed_l1_004", preset="mixed", keep_float=KEEP_POST,
+              max_logmel_drop=0.04, poly_upsample=True),
     # per-channel activations: NNCF refuses them for convs ("incompatible with HW
     # capabilities", the CPU's config quantizes activations per tensor)
 )}
@@ -101,9 +109,9 @@ def float_names(model: Any, names: Sequence[str]) -> list[str]:
     return sorted(set(found))
 
 
-def decoder_graph(model_path: str | Path) -> tuple[bytes, str]:
+def decoder_graph(model_path: str | Path, poly_upsample: bool = False) -> tuple[bytes, str]:
     """(the voice's decoder graph, its convs 2-D, as bytes; its latent input's name): the
-    graph the daemon's bf16 path compiles."""
+    graph the daemon's bf16 path compiles (`poly_upsample`: its ConvTranspose rewritten)."""
     import onnx
 
     from cosyvoiced.tts.voice.seam import find_flow_seam, find_seam, split_flow, split_model
@@ -115,7 +123,15 @@ def decoder_graph(model_path: str | Path) -> tuple[bytes, str]:
         raise ValueError(f"{model_path}: no latent seam with one decoder input")
     flow = find_flow_seam(model, seam)
     decoder = split_flow(model, seam, flow)[2] if flow is not None else split_model(model, seam)[1]
-    return decoder_2d(decoder), seam.latent
+    graph = decoder_2d(decoder)
+    if poly_upsample:
+        from tools.quantize.graph import rewrite_conv_transpose
+
+        two_d = onnx.ModelProto.FromString(graph)
+        if not rewrite_conv_transpose(two_d):
+            raise ValueError(f"{model_path}: no ConvTranspose to rewrite")
+        graph = two_d.SerializeToString()
+    return graph, seam.latent
 
 
 def ov_model(graph: bytes, latent: str, channels: int) -> Any:

@@ -136,7 +136,7 @@ def test_float_names_are_what_openvino_made_of_the_onnx_nodes(ov8):
 
 def test_smooth_quant_for_convs_is_applied(ov8):
     ovint8, model = ov8
-    q = ovint8.quantize(model, latents(8, 1), ovint8.VARIANTS["ov_fp32post_sq"])
+    q = ovint8.quantize(model, latents(8, 1), ovint8.VARIANTS["ov_poly_fp32post_sq"])
     assert any("nncf_smooth_quant" in op.get_friendly_name() for op in q.get_ordered_ops())
     assert ovint8.int8_summary(q)["float_convs"] == ["/dec/conv_post/Conv/WithoutBiases"]
 
@@ -149,3 +149,19 @@ def test_kernels_name_the_int8_convs_openvino_ran(ov8):
     assert sum(counts.values()) == 5  # conv_pre, the upsampler, 2 in the resblock, conv_post
     assert sum(n for k, n in counts.items() if k.endswith(" i8")) >= 4
     assert sum(n for k, n in counts.items() if k.endswith(" f32")) >= 1  # conv_post
+
+
+def test_poly_upsampler_runs_on_int8_conv_kernels(ov8):
+    import onnx
+    from tools.quantize.graph import rewrite_conv_transpose
+
+    ovint8, model = ov8
+    graph = onnx.ModelProto.FromString(small_decoder())
+    assert rewrite_conv_transpose(graph) == 1
+    poly = ovint8.ov_model(graph.SerializeToString(), LATENT, CHANNELS)
+    x = latents(1, 3)[0]
+    assert np.abs(run(poly, x) - run(model, x)).max() < 1e-5  # exact up to rounding
+    q = ovint8.quantize(poly, latents(8, 1), ovint8.OvVariant("p", keep_float=ovint8.KEEP_POST))
+    counts = ovint8.kernels(ovint8.compile_windows(q, LATENT, CHANNELS, [256], pin=False)[256])
+    assert not any(k.startswith("Deconvolution") for k in counts)
+    assert sum(n for k, n in counts.items() if k.startswith("Convolution") and k.endswith("i8")) == 4
