@@ -36,12 +36,13 @@ the daemon's call counter), dropped frames, refusals, CPU % and PSS of the serve
 its child processes (/proc/PID/smaps_rollup), per-worker busy fraction (/v1/status),
 load average. Output under `--out`: loadgen.json, loadgen.md, latency.png,
 resources.png, failures.png; `--docs` also writes the Markdown between the
-`<!-- loadgen:begin -->` / `<!-- loadgen:end -->` markers of docs/performance-history.md
-and the plots under docs/loadgen/ (which that page shows), and replaces the run's row
-(`<!-- loadgen:FAMILY -->`, one per CPU family: amx, avx512_bf16, other) in the latest
-figures of docs/performance.md, which stays short; a TTS-only run (`--mix tts=1`) and
-the call-center script (`--text script`) have their own (`loadgen-tts`, `loadgen-script`;
-docs/loadgen/tts/, docs/loadgen/script/).
+`<!-- loadgen:FAMILY:begin -->` / `<!-- loadgen:FAMILY:end -->` markers of
+docs/performance-history.md and the plots under docs/loadgen/FAMILY/ (which that page
+shows), and replaces the run's row (`<!-- loadgen:FAMILY -->`) in the latest figures of
+docs/performance.md, which stays short: one of each per CPU family (amx, avx512_bf16,
+other). A TTS-only run (`--mix tts=1`) and the call-center script (`--text script`) have
+their own (`loadgen-tts`, `loadgen-script`; docs/loadgen/tts/FAMILY/,
+docs/loadgen/script/FAMILY/).
 """
 
 from __future__ import annotations
@@ -312,8 +313,8 @@ def publish(args: argparse.Namespace, doc: dict) -> int:
     (args.out / "loadgen.md").write_text(report.markdown(doc, "."))
     print(report.markdown(doc, None))
     if args.docs:
-        kind = section(doc)  # its own section and plots
-        plots = DOCS / plots_dir(kind)
+        kind = section(doc)  # its own section and plots, per CPU family
+        plots = DOCS / plots_dir(kind, report.cpu_family(doc.get("machine", {})))
         plots.mkdir(parents=True, exist_ok=True)
         for n in report.PLOTS:
             shutil.copy(args.out / n, plots / n)
@@ -321,21 +322,23 @@ def publish(args: argparse.Namespace, doc: dict) -> int:
     return 0
 
 
-def plots_dir(kind: str) -> str:
-    """Where a kind's plots go, relative to docs/ (and to the pages that show them)."""
-    return f"loadgen/{kind}" if kind else "loadgen"
+def plots_dir(kind: str, family: str) -> str:
+    """Where a kind's plots for a CPU family go, relative to docs/ (and to the pages that
+    show them)."""
+    return f"loadgen/{kind}/{family}" if kind else f"loadgen/{family}"
 
 
 def publish_docs(doc: dict, docs: Path) -> None:
-    """The run in full into its section of the history page; its row, for its CPU family,
-    into the latest figures of the current page (a row per kind and family: the page stays
-    the same size however often the ramps run)."""
+    """The run in full into its section of the history page and its row into the latest
+    figures of the current page, both per kind and CPU family (the pages stay the same size
+    however often the ramps run, and one family's run never hides the other's)."""
     kind = section(doc)
     name = f"loadgen-{kind}" if kind else "loadgen"
-    report.update_docs(docs / HISTORY, report.markdown(doc, plots_dir(kind)), name)
+    family = report.cpu_family(doc.get("machine", {}))
+    report.update_docs(docs / HISTORY, report.markdown(doc, plots_dir(kind, family)),
+                       f"{name}:{family}", kin=name)
     label, anchor = SECTIONS[kind]
-    report.update_row(docs / CURRENT, name, report.cpu_family(doc.get("machine", {})),
-                      report.row(doc, label, f"{HISTORY}#{anchor}"))
+    report.update_row(docs / CURRENT, name, family, report.row(doc, label, f"{HISTORY}#{anchor}"))
 
 
 def section(doc: dict) -> str:

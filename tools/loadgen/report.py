@@ -1,7 +1,7 @@
 """What a ramp run leaves behind: JSON, a Markdown summary, PNG plots, the run in full in
-its section of docs/performance-history.md (between `<!-- loadgen:begin -->` and
-`<!-- loadgen:end -->`, or its kind's markers), and its row of the latest figures in
-docs/performance.md (the table row marked `<!-- loadgen:FAMILY -->`, one per CPU family)."""
+its section of docs/performance-history.md (between `<!-- loadgen:FAMILY:begin -->` and
+`<!-- loadgen:FAMILY:end -->`, or its kind's markers), and its row of the latest figures in
+docs/performance.md (the table row marked `<!-- loadgen:FAMILY -->`): one per CPU family."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from tools.loadgen.stats import (
     strict_reasons,
 )
 
-BEGIN, END = "<!-- loadgen:begin -->", "<!-- loadgen:end -->"
 PLOTS = ("latency.png", "resources.png", "failures.png")
 CPU_FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512_vnni")
 """The CPU flags a run records: what decides which engine `auto` takes (bf16 on AMX or
@@ -408,13 +407,19 @@ def markers(name: str = "loadgen") -> tuple[str, str]:
     return f"<!-- {name}:begin -->", f"<!-- {name}:end -->"
 
 
-def update_docs(doc: Path, section: str, name: str = "loadgen") -> None:
-    """Replace what is between the markers `name` of `doc` (both there, in order)."""
+def update_docs(doc: Path, section: str, name: str = "loadgen", kin: str | None = None) -> None:
+    """Replace what is between the markers `name` of `doc` (both there, in order). Without
+    them, a new section goes after the last one whose name starts with `kin` + ":" (another
+    CPU family's run of the same ramp)."""
     begin, end = markers(name)
     text = doc.read_text()
     pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     if not pat.search(text):
-        raise ValueError(f"{doc}: no {begin} ... {end} markers")
+        ends = list(re.finditer(re.escape(f"<!-- {kin}:") + r"[^>]*:end -->", text)) if kin else []
+        if not ends:
+            raise ValueError(f"{doc}: no {begin} ... {end} markers")
+        at = ends[-1].end()
+        text = f"{text[:at]}\n\n{begin}\n{end}{text[at:]}"
     doc.write_text(pat.sub(lambda _m: f"{begin}\n{section}{end}", text, count=1))
 
 

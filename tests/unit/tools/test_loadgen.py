@@ -415,6 +415,20 @@ def test_docs_section_replaced_between_markers_only(lg, tmp_path):
         lg.report.update_docs(page, "x")
 
 
+def test_a_cpu_familys_first_run_gets_its_own_section_after_its_kin(lg, tmp_path):
+    page = tmp_path / "history.md"
+    page.write_text("<!-- loadgen-tts:amx:begin -->\nxeon\n<!-- loadgen-tts:amx:end -->\n"
+                    "<!-- loadgen:amx:begin -->\nmix\n<!-- loadgen:amx:end -->\nafter\n")
+    lg.report.update_docs(page, "epyc\n", "loadgen-tts:avx512_bf16", kin="loadgen-tts")
+    lg.report.update_docs(page, "epyc again\n", "loadgen-tts:avx512_bf16", kin="loadgen-tts")
+    assert page.read_text() == (
+        "<!-- loadgen-tts:amx:begin -->\nxeon\n<!-- loadgen-tts:amx:end -->\n\n"
+        "<!-- loadgen-tts:avx512_bf16:begin -->\nepyc again\n<!-- loadgen-tts:avx512_bf16:end -->\n"
+        "<!-- loadgen:amx:begin -->\nmix\n<!-- loadgen:amx:end -->\nafter\n")
+    with pytest.raises(ValueError, match="loadgen-script:amx"):
+        lg.report.update_docs(page, "x", "loadgen-script:amx", kin="loadgen-script")
+
+
 def test_docs_flag_targets_the_history_page_and_the_current_pages_rows(lg, repo_root):
     from tools.loadgen import cli
 
@@ -424,13 +438,12 @@ def test_docs_flag_targets_the_history_page_and_the_current_pages_rows(lg, repo_
     history = repo_root / "docs" / cli.HISTORY
     text = history.read_text()
     current = (repo_root / "docs" / cli.CURRENT).read_text()
-    assert text.index(lg.report.BEGIN) < text.index(lg.report.END)
-    assert lg.report.BEGIN not in (repo_root / "README.md").read_text()
-    # each kind of run has its own section, under the heading its row links to, and a row
-    # per CPU family on the current page: make bench publishes all three in one go
+    assert "<!-- loadgen" not in (repo_root / "README.md").read_text()
+    # each kind of run has its own section per CPU family, under the heading its row links
+    # to, and a row per CPU family on the current page: make bench publishes all three
     for kind, (label, anchor) in cli.SECTIONS.items():
         name = f"loadgen-{kind}" if kind else "loadgen"
-        begin, end = lg.report.markers(name)
+        begin, end = lg.report.markers(f"{name}:avx512_bf16")
         assert text.index(begin) < text.index(end)
         assert begin not in current
         assert anchor in anchors(history)
@@ -516,6 +529,10 @@ def test_docs_runs_keep_the_current_page_short_and_its_links_whole(lg, repo_root
     for _ in range(2):
         for doc in _docs(lg, amx=True):
             cli.publish_docs(doc, docs)
+            plots = docs / cli.plots_dir(cli.section(doc), "amx")  # as `publish` copies them
+            plots.mkdir(parents=True, exist_ok=True)
+            for name in lg.report.PLOTS:
+                (plots / name).write_bytes(b"\x89PNG")
     current = (docs / cli.CURRENT).read_text()
     assert len(current.encode()) <= PERFORMANCE_MAX_BYTES
     assert len(current.splitlines()) == len(before.splitlines()) + new
@@ -523,8 +540,10 @@ def test_docs_runs_keep_the_current_page_short_and_its_links_whole(lg, repo_root
     assert "Test CPU (amx_bf16 avx512_bf16)" in current
     history = (docs / cli.HISTORY).read_text()
     assert history.count("Measured 2026-12-06 01:00 UTC") == 3
-    assert "![latency](loadgen/tts/latency.png)" in history
-    assert "![latency](loadgen/script/latency.png)" in history
+    assert "![latency](loadgen/tts/amx/latency.png)" in history
+    assert "![latency](loadgen/script/amx/latency.png)" in history
+    for amd in ("2026-12-05 00:20", "2026-12-05 00:50", "2026-12-05 01:28"):  # kept whole
+        assert history.count(f"Measured {amd} UTC on AMD EPYC") == 1
     assert broken_links([docs / cli.CURRENT, docs / cli.HISTORY], tmp_path) == []
 
 
