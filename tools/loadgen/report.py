@@ -348,13 +348,18 @@ def plots(doc: dict[str, Any], out_dir: Path) -> list[Path]:
     return written
 
 
+def cpu_name(model: str) -> str:
+    """/proc/cpuinfo's model name without its trademark signs and "Processor"."""
+    return " ".join(re.sub(r"\((R|TM)\)|\bProcessor\b", "", model).split())
+
+
 def row(doc: dict[str, Any], label: str, link: str) -> list[str]:
     """The run's cells in the table of latest figures (docs/performance.md): what ran, the
     CPU and its flags, date and commit linked to the run in full (`link`), cosyvoiced's
     sustained streams (strict in brackets), the peers' in the same run, the targets."""
     m = doc.get("machine", {})
     flags = cpu_flags(m)
-    cpu = f"{m.get('cpu') or 'CPU not recorded'} ({' '.join(flags) or 'no AVX512-BF16'}" \
+    cpu = f"{cpu_name(m.get('cpu', '')) or 'CPU not recorded'} ({' '.join(flags) or 'no AVX512-BF16'}" \
         + ("" if "amx_bf16" in flags else ", no AMX") + ")"
     run = f"[{doc.get('date', 'date not recorded')}, {doc.get('commit') or 'commit not recorded'}]" \
         f"({link})"

@@ -464,7 +464,7 @@ def _docs(lg, amx: bool) -> list[dict]:
     import dataclasses
 
     ours, piper = _results(lg)
-    machine = {"cpu": "Test CPU", "nproc": 2, "avx512_vnni": True, "amx_bf16": amx,
+    machine = {"cpu": "Intel(R) Xeon(R) Processor", "nproc": 2, "avx512_vnni": True, "amx_bf16": amx,
                "avx512_bf16": True, "python": "3.11.7",
                "flags": ["amx_bf16", "avx512_bf16"] if amx else ["avx512_bf16"]}
     meta = {"date": "2026-12-06 01:00 UTC", "commit": "abc1234", "machine": machine,
@@ -481,7 +481,7 @@ def test_a_run_becomes_one_row_of_the_latest_figures(lg):
     tts, mix, script = _docs(lg, amx=False)
     cells = lg.report.row(tts, "TTS-only ramp", "performance-history.md#tts-only-ramp")
     assert cells == [
-        "TTS-only ramp", "Test CPU (avx512_bf16, no AMX)",
+        "TTS-only ramp", "Intel Xeon (avx512_bf16, no AMX)",
         "[2026-12-06 01:00 UTC, abc1234](performance-history.md#tts-only-ramp)",
         "cosyvoiced 6 (strict 6)", "piper-http 2 (strict 0)",
         "vs piper-http 3.00 (>= 1.5) ok; strict ∞ (>= 3) ok; PSS/stream 0.24 (<= 0.5) ok; "
@@ -537,7 +537,7 @@ def test_docs_runs_keep_the_current_page_short_and_its_links_whole(lg, repo_root
     assert len(current.encode()) <= PERFORMANCE_MAX_BYTES
     assert len(current.splitlines()) == len(before.splitlines()) + new
     assert current.count("<!-- loadgen") == before.count("<!-- loadgen") + new
-    assert "Test CPU (amx_bf16 avx512_bf16)" in current
+    assert "Intel Xeon (amx_bf16 avx512_bf16)" in current  # its model name, shortened
     history = (docs / cli.HISTORY).read_text()
     assert history.count("Measured 2026-12-06 01:00 UTC") == 3
     assert "![latency](loadgen/tts/amx/latency.png)" in history
