@@ -25,6 +25,7 @@ from tools.loadgen.stats import (
     PROFILES,
     RATIO_MAX,
     KneeTracker,
+    LoopLag,
     Profile,
     StepStats,
     cpu_s,
@@ -40,6 +41,8 @@ from tools.loadgen.stats import (
 from tools.loadgen.streams import KINDS, REPLIES, CallController, CallStream, Endpoints, Gate, Reply
 
 BUSY_SAMPLE_S = 2.0
+LAG = LoopLag()
+"""This load generator's own event-loop lag, step by step (servers take turns)."""
 
 
 @dataclass
@@ -146,16 +149,27 @@ class Probe:
         return [float(w["busy"]) for w in (status.get("workers") or {}).get("workers", [])]
 
 
+TICK_LATE = "cosyvoiced_audiosocket_tick_late_seconds"
+
+
 def parse_counters(metrics_text: str) -> dict[str, float]:
-    """Underruns and dropped frames of calls, and all refusals, from /metrics text."""
+    """Underruns and dropped frames of calls, all refusals, and the call clock's ticks
+    woken more than a tick (20 ms) late, from /metrics text."""
     out: dict[str, float] = {}
+    ticks = on_time = 0.0
     for line in metrics_text.splitlines():
+        if line.startswith(f"{TICK_LATE}_count"):
+            ticks = float(line.split()[-1])
+        elif line.startswith(f'{TICK_LATE}_bucket{{le="0.02"}}'):
+            on_time = float(line.split()[-1])
         if line.startswith('cosyvoiced_underruns_total{kind="call"}'):
             out["underruns"] = float(line.split()[-1])
         elif line.startswith('cosyvoiced_dropped_frames_total{kind="call"}'):
             out["dropped_frames"] = float(line.split()[-1])
         elif line.startswith("cosyvoiced_admissions_refused_total{"):
             out["refused"] = out.get("refused", 0.0) + float(line.split()[-1])
+    if ticks:
+        out["clock_late"] = ticks - on_time
     return out
 
 
@@ -205,6 +219,8 @@ class ServerRamp:
             delay = (len(self.tasks) - (n - added)) / max(added, 1)
             self.tasks.append(asyncio.create_task(s.run(self.stop, delay, self.gate)))
         pids = process_tree(self.server.pid)
+        LAG.ensure_running()
+        LAG.take()
         cpu0, c0 = cpu_s(pids), await _safe(self.probe.counters(), {})
         done0, me0, all0 = len(self.replies), cpu_s([os.getpid()]), machine_busy_s()
         wait0 = runqueue_wait_s(pids)
@@ -220,6 +236,8 @@ class ServerRamp:
         mine = self.replies[done0:]
         st = step_stats(index, n, mine, delta)
         st.refused = max(st.refused, int(delta.get("refused", 0)))
+        st.clock_late_ticks = int(delta.get("clock_late", 0))
+        st.loadgen_lag_max_ms = 1000 * LAG.take()
         st.cpu_pct = 100 * (cpu_s(pids) - cpu0) / wall_s
         st.loadgen_cpu_pct = 100 * (cpu_s([os.getpid()]) - me0) / wall_s
         st.others_cpu_pct = max(0.0, 100 * (machine_busy_s() - all0) / wall_s
@@ -239,7 +257,8 @@ class ServerRamp:
                  f"ttfa p95 {st.ttfa_p95_ms:.0f} ms ratio p95 {st.ratio_p95:.2f} "
                  f"underruns {st.underruns} refused {st.refused} cpu {st.cpu_pct:.0f}% "
                  f"pss {st.pss_mb:.0f} MB others {st.others_cpu_pct:.0f}% "
-                 f"waited {st.wait_pct:.0f}%"
+                 f"waited {st.wait_pct:.0f}% call clock late {st.clock_late_ticks} "
+                 f"loadgen lag max {st.loadgen_lag_max_ms:.0f} ms"
                  + (f" KNEE: {'; '.join(reasons)}" if reasons else ""))
         k = self.knee
         k.update(reasons)

@@ -20,8 +20,10 @@ is a p95 latency ratio above 2.0.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,6 +172,12 @@ class StepStats:
     """CPU of everything else on the box meanwhile (other jobs on a shared machine)."""
     wait_pct: float = math.nan
     """Time the server's threads were runnable but waited for a CPU, % of the step."""
+    clock_late_ticks: int = 0
+    """The daemon's 20 ms call clock: ticks it woke more than a tick late (it sends calls'
+    frames; late here, a call's listener hears a gap the ring did not cause)."""
+    loadgen_lag_max_ms: float = math.nan
+    """How late this load generator's event loop ran a 10 ms timer at worst: its listeners
+    stamp arrivals when it reads them, so its own lag looks like the server's gaps."""
 
 
 def knee_reasons(s: StepStats, ratio_max: float = RATIO_MAX) -> list[str]:
@@ -327,3 +335,27 @@ def machine_busy_s(proc: Path = Path("/proc")) -> float:
 
 def loadavg_1m(proc: Path = Path("/proc")) -> float:
     return float((proc / "loadavg").read_text().split()[0])
+
+
+class LoopLag:
+    """The worst lateness of a 10 ms timer on this process's event loop since `take`."""
+
+    def __init__(self, period_s: float = 0.01) -> None:
+        self.period_s = period_s
+        self.worst_s = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    def ensure_running(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            t = time.monotonic()
+            await asyncio.sleep(self.period_s)
+            self.worst_s = max(self.worst_s, time.monotonic() - t - self.period_s)
+
+    def take(self) -> float:
+        """The worst lateness (s) since the last take; starts over."""
+        worst, self.worst_s = self.worst_s, 0.0
+        return worst

@@ -322,9 +322,30 @@ def test_parse_counters(lg):
         'cosyvoiced_underruns_total{kind="device"} 9.0',
         'cosyvoiced_dropped_frames_total{kind="call"} 2.0',
         'cosyvoiced_admissions_refused_total{reason="overloaded"} 3.0',
-        'cosyvoiced_admissions_refused_total{reason="draining"} 1.0'])
+        'cosyvoiced_admissions_refused_total{reason="draining"} 1.0',
+        'cosyvoiced_audiosocket_tick_late_seconds_bucket{le="0.01"} 90.0',
+        'cosyvoiced_audiosocket_tick_late_seconds_bucket{le="0.02"} 95.0',
+        'cosyvoiced_audiosocket_tick_late_seconds_bucket{le="0.05"} 99.0',
+        'cosyvoiced_audiosocket_tick_late_seconds_count 100.0'])
     assert lg.ramp.parse_counters(text) == {"underruns": 4.0, "dropped_frames": 2.0,
-                                            "refused": 4.0}
+                                            "refused": 4.0, "clock_late": 5.0}
+
+
+def test_the_load_generators_own_loop_lag_is_measured(lg):
+    import asyncio
+    import time
+
+    async def main() -> tuple[float, float]:
+        lag = lg.stats.LoopLag()
+        lag.ensure_running()
+        await asyncio.sleep(0.05)
+        lag.take()
+        time.sleep(0.08)  # the loop held: the timer runs at least ~70 ms late
+        await asyncio.sleep(0.03)
+        return lag.take(), lag.take()
+
+    held, after = asyncio.run(main())
+    assert held >= 0.06 and after < held
 
 
 def test_wav_format(lg):
