@@ -46,9 +46,6 @@ def worker_main(index: int, cpus: tuple[int, ...], conn: Any, stats_array: Any,
     pin_all_threads(cpus)
     if index < 0 and may_renice_to(0):  # else it would serve at 19 once it adopts a slot
         renice_all(SPARE_NICE)  # before any thread exists: they all inherit it
-    from cosyvoiced.workers.worker.heap import cap_heap
-
-    cap_heap()  # a spawned worker's own (a forked one has the template's already)
     from cosyvoiced.workers.worker.loop import Worker
 
     Worker(index, cpus, conn, stats_array, setup, preloaded).run()

@@ -88,9 +88,8 @@ def _load(setup: WorkerSetup) -> Preloaded:
     import numpy as np
 
     from cosyvoiced.runtime.openvino import release_memory
-    from cosyvoiced.workers.worker.heap import cap_heap, malloc_trim
+    from cosyvoiced.workers.worker.heap import malloc_trim
 
-    cap_heap()  # before anything is loaded: the workers forked from here inherit it
     engine = make_engine(setup)
     if setup.warm_up:  # loaded and run once (`TtsEngine.voice`); its prompt cache stays
         engine.voice()  # empty: each worker's warm-up and prompts fill its own, as spawned
