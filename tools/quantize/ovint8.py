@@ -84,6 +84,8 @@ VARIANTS: dict[str, OvVariant] = {v.name: v for v in (
     OvVariant("ov_poly_fp32_last_stage", keep_float=KEEP_LAST_STAGE, poly_upsample=True),
     OvVariant("ov_poly_accuracy_mixed_l1_004", preset="mixed", keep_float=KEEP_POST,
               max_logmel_drop=0.04, poly_upsample=True),
+    OvVariant("ov_accuracy_sq_l1_004", smooth_quant_conv=0.5, keep_float=KEEP_POST,
+              max_logmel_drop=0.04),
     # per-channel activations: NNCF refuses them for convs ("incompatible with HW
     # capabilities", the CPU's config quantizes activations per tensor)
 )}
