@@ -162,7 +162,7 @@ def parse_counters(metrics_text: str) -> dict[str, float]:
             ticks = float(line.split()[-1])
         elif line.startswith(f'{TICK_LATE}_bucket{{le="0.02"}}'):
             on_time = float(line.split()[-1])
-        if line.startswith('cosyvoiced_underruns_total{kind="call"}'):
+        elif line.startswith('cosyvoiced_underruns_total{kind="call"}'):
             out["underruns"] = float(line.split()[-1])
         elif line.startswith('cosyvoiced_dropped_frames_total{kind="call"}'):
             out["dropped_frames"] = float(line.split()[-1])

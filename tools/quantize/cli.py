@@ -30,6 +30,7 @@ from tools.quantize.gate import (
     WER_UPPER_MAX,
     judged,
     kept_variant,
+    logmel_l1,
 )
 from tools.quantize.graph import rewrite_conv_transpose
 from tools.quantize.recipes import RECIPES, Recipe, select_nodes
@@ -217,8 +218,7 @@ def fidelity(models: dict[str, Path], config_path: Path, texts: list[str]) -> di
     for k in models:
         dists, ratios = [], []
         for (m, n), (m0, n0) in zip(mels[k], mels["fp32"], strict=True):
-            frames = min(m.shape[1], m0.shape[1])
-            dists.append(float(np.abs(m[:, :frames] - m0[:, :frames]).mean()))
+            dists.append(logmel_l1(m, m0))
             ratios.append(n / n0)
         out[k] = {"logmel_l1": float(np.mean(dists)), "duration_ratio": float(np.mean(ratios)),
                   "dnsmos_ovrl": mos[k], "dnsmos_diff": mos[k] - mos["fp32"]}

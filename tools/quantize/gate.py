@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from tools.wer import Scores, bootstrap_diff
 
 WER_MEAN_MAX = 0.3
@@ -42,3 +44,10 @@ def kept_variant(variants: dict[str, dict[str, Any]]) -> str | None:
     faster = [name for name, v in variants.items()
               if name != "fp32" and v.get("passed") and v["time_ratio"] < 1.0]
     return min(faster, key=lambda name: variants[name]["time_ratio"], default=None)
+
+
+def logmel_l1(a: np.ndarray, b: np.ndarray) -> float:
+    """Mean |difference| of two Whisper log-mels (bands x frames) on their common frames:
+    a variant's audio against FP32's."""
+    frames = min(a.shape[1], b.shape[1])
+    return float(np.abs(a[:, :frames] - b[:, :frames]).mean())

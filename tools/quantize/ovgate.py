@@ -115,7 +115,7 @@ def fidelity(model: Path, config_path: Path, texts: Sequence[str],
     from faster_whisper.feature_extractor import FeatureExtractor
 
     from tools.dnsmos import set_mos
-    from tools.quantize.ovint8 import logmel_l1
+    from tools.quantize.gate import logmel_l1
 
     fe = FeatureExtractor(feature_size=80)
     mels, mos = {}, {}

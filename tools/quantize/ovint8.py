@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from tools.quantize.gate import logmel_l1
 from tools.quantize.recipes import (
     DECODER_LAST_STAGE_CONVS,
     DECODER_LAST_STAGE_SUMS,
@@ -151,11 +152,6 @@ def logmel(audio: np.ndarray, rate_hz: int) -> np.ndarray:
 
     clip = np.asarray(soxr.resample(audio.reshape(-1), rate_hz, 16000), dtype=np.float32)
     return FeatureExtractor(feature_size=80)(clip, padding=0)
-
-
-def logmel_l1(a: np.ndarray, b: np.ndarray) -> float:
-    frames = min(a.shape[1], b.shape[1])
-    return float(np.abs(a[:, :frames] - b[:, :frames]).mean())
 
 
 def _advanced(v: OvVariant) -> Any:
