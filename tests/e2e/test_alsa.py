@@ -169,7 +169,10 @@ LOOPBACK_S = 8.0
 """Three chirp-and-prompt blocks (8.6 s): the later copies must sit at the first one's lag."""
 
 
-def test_loopback_chirp_and_prompt_8s_no_xruns(loop):
+def test_loopback_chirp_and_prompt_8s_every_copy_heard(loop):
+    """Every copy is heard, at a fixed lag unless an xrun was counted. Zero xruns is a figure
+    of the paced box (suite `io`), not something a shared CI box can promise: here an xrun
+    must be counted and recovered from without a reopen, and only shift later copies."""
     c, p = chirp(), prompt()
     block = [silence(0.4), c, silence(0.4), p, silence(0.4)]
     offsets, parts, n = [], [], 0
@@ -186,7 +189,7 @@ def test_loopback_chirp_and_prompt_8s_no_xruns(loop):
     rec = loop.recording()
     assert len(rec) >= len(signal)
     ps, cs, play_xruns, cap_xruns = loop.end_stats
-    assert (play_xruns, cap_xruns) == (0, 0)
+    xruns = play_xruns + cap_xruns
     for t in (loop.play, loop.cap):
         assert t.reopens == 0 and t.error is None
     assert ps.underruns == 0, ps
@@ -198,16 +201,20 @@ def test_loopback_chirp_and_prompt_8s_no_xruns(loop):
         if lag is None:
             at, score = find(rec, tpl, around=pos, window=RATE)
             lag = at - pos
-        else:
+        elif xruns == 0:
             at, score = find(rec, tpl, around=pos + lag, window=RATE // 10)
             assert abs((at - pos) - lag) <= 2, f"copy {k} drifted: {at - pos} vs {lag}"
+        else:  # a playback xrun plays silence: later copies come late, never early
+            at, score = find(rec, tpl, around=pos + lag, window=RATE)
+            assert at - pos >= lag - 2, f"copy {k} early after {xruns} xruns"
+            lag = at - pos
         scores.append(score)
         t_play = _time_of(loop.play_clock, start + pos)
         t_cap = _time_of(loop.cap_clock, loop.rec_base + at)
         latencies.append(t_cap - t_play)
     assert min(scores) >= 0.9, scores
     lat_ms = 1000 * float(np.median(latencies))
-    print(f"\nloopback: {len(offsets)} copies, min corr {min(scores):.4f}, "
+    print(f"\nloopback: {xruns} xruns, {len(offsets)} copies, min corr {min(scores):.4f}, "
           f"ring-to-ring latency median {lat_ms:.1f} ms "
           f"(min {1000 * min(latencies):.1f}, max {1000 * max(latencies):.1f})")
     assert 0 < lat_ms < 1000

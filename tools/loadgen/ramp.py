@@ -153,8 +153,8 @@ TICK_LATE = "cosyvoiced_audiosocket_tick_late_seconds"
 
 
 def parse_counters(metrics_text: str) -> dict[str, float]:
-    """Underruns and dropped frames of calls, all refusals, and the call clock's ticks
-    woken more than a tick (20 ms) late, from /metrics text."""
+    """Underruns and dropped frames of calls, all refusals, TTS steps made late, and the
+    call clock's ticks woken more than a tick (20 ms) late, from /metrics text."""
     out: dict[str, float] = {}
     ticks = on_time = 0.0
     for line in metrics_text.splitlines():
@@ -168,6 +168,9 @@ def parse_counters(metrics_text: str) -> dict[str, float]:
             out["dropped_frames"] = float(line.split()[-1])
         elif line.startswith("cosyvoiced_admissions_refused_total{"):
             out["refused"] = out.get("refused", 0.0) + float(line.split()[-1])
+        elif line.startswith(("cosyvoiced_tts_late_steps_total ",
+                              "cosyvoiced_tts_late_steps_total{")):
+            out["late_steps"] = out.get("late_steps", 0.0) + float(line.split()[-1])
     if ticks:
         out["clock_late"] = ticks - on_time
     return out
@@ -237,6 +240,7 @@ class ServerRamp:
         st = step_stats(index, n, mine, delta)
         st.refused = max(st.refused, int(delta.get("refused", 0)))
         st.clock_late_ticks = int(delta.get("clock_late", 0))
+        st.late_steps = int(delta.get("late_steps", 0))
         st.loadgen_lag_max_ms = 1000 * LAG.take()
         st.cpu_pct = 100 * (cpu_s(pids) - cpu0) / wall_s
         st.loadgen_cpu_pct = 100 * (cpu_s([os.getpid()]) - me0) / wall_s
@@ -257,7 +261,8 @@ class ServerRamp:
                  f"ttfa p95 {st.ttfa_p95_ms:.0f} ms ratio p95 {st.ratio_p95:.2f} "
                  f"underruns {st.underruns} refused {st.refused} cpu {st.cpu_pct:.0f}% "
                  f"pss {st.pss_mb:.0f} MB others {st.others_cpu_pct:.0f}% "
-                 f"waited {st.wait_pct:.0f}% call clock late {st.clock_late_ticks} "
+                 f"waited {st.wait_pct:.0f}% late steps {st.late_steps} "
+                 f"call clock late {st.clock_late_ticks} "
                  f"loadgen lag max {st.loadgen_lag_max_ms:.0f} ms"
                  + (f" KNEE: {'; '.join(reasons)}" if reasons else ""))
         k = self.knee

@@ -172,6 +172,9 @@ class StepStats:
     """CPU of everything else on the box meanwhile (other jobs on a shared machine)."""
     wait_pct: float = math.nan
     """Time the server's threads were runnable but waited for a CPU, % of the step."""
+    late_steps: int = 0
+    """TTS steps the daemon made after a listener with no buffer would have run dry
+    (`cosyvoiced_tts_late_steps`): the daemon's own count of the gaps it risked."""
     clock_late_ticks: int = 0
     """The daemon's 20 ms call clock: ticks it woke more than a tick late (it sends calls'
     frames; late here, a call's listener hears a gap the ring did not cause)."""

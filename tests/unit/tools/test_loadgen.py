@@ -323,12 +323,15 @@ def test_parse_counters(lg):
         'cosyvoiced_dropped_frames_total{kind="call"} 2.0',
         'cosyvoiced_admissions_refused_total{reason="overloaded"} 3.0',
         'cosyvoiced_admissions_refused_total{reason="draining"} 1.0',
+        'cosyvoiced_tts_late_steps_total 3.0',
+        'cosyvoiced_tts_late_steps_created 1.7e9',
         'cosyvoiced_audiosocket_tick_late_seconds_bucket{le="0.01"} 90.0',
         'cosyvoiced_audiosocket_tick_late_seconds_bucket{le="0.02"} 95.0',
         'cosyvoiced_audiosocket_tick_late_seconds_bucket{le="0.05"} 99.0',
         'cosyvoiced_audiosocket_tick_late_seconds_count 100.0'])
     assert lg.ramp.parse_counters(text) == {"underruns": 4.0, "dropped_frames": 2.0,
-                                            "refused": 4.0, "clock_late": 5.0}
+                                            "refused": 4.0, "late_steps": 3.0,
+                                            "clock_late": 5.0}
 
 
 def test_the_load_generators_own_loop_lag_is_measured(lg):
