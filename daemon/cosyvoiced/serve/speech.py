@@ -131,15 +131,7 @@ class PoolSynthesis:
         try:
             while not self._cancelled:
                 while done is None and not handle.events.empty():
-                    msg = handle.events.get_nowait()
-                    if isinstance(msg, m.StreamError) and msg.request_id in (self.request_id,
-                                                                            -1):
-                        raise WorkerError(msg.message, code=msg.code)
-                    if isinstance(msg, m.SayDone) and msg.request_id == self.request_id:
-                        done = msg
-                    if isinstance(msg, m.SayWords) and msg.request_id == self.request_id:
-                        self._told.extend(msg.words)
-                        self._known = max(self._known, msg.until_samples)
+                    done = self._take(handle.events.get_nowait())
                 room = self._buf.shape[0] if done is not None or not self.words \
                     else min(self._buf.shape[0], max(0, self._known - made))
                 n = ring.read_into(self._buf[:room]) if room else 0
@@ -155,10 +147,24 @@ class PoolSynthesis:
                         return
                 elif done is not None:
                     return
+                elif index == 0:  # woken by the worker's FirstAudio, not the next poll
+                    with contextlib.suppress(TimeoutError):
+                        done = self._take(await asyncio.wait_for(handle.events.get(), POLL_S))
                 else:
                     await asyncio.sleep(POLL_S)
         finally:
             await handle.close()
+
+    def _take(self, msg: object) -> m.SayDone | None:
+        """One worker event for this stream: this request's end (SayDone), else None."""
+        if isinstance(msg, m.StreamError) and msg.request_id in (self.request_id, -1):
+            raise WorkerError(msg.message, code=msg.code)
+        if isinstance(msg, m.SayWords) and msg.request_id == self.request_id:
+            self._told.extend(msg.words)
+            self._known = max(self._known, msg.until_samples)
+        if isinstance(msg, m.SayDone) and msg.request_id == self.request_id:
+            return msg
+        return None
 
 
     def _due(self, until_s: float, last: bool) -> tuple[WordTime, ...]:
