@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import os
 import random
 import time
@@ -228,11 +229,13 @@ class ServerRamp:
         done0, me0, all0 = len(self.replies), cpu_s([os.getpid()]), machine_busy_s()
         wait0 = runqueue_wait_s(pids)
         busy: list[list[float]] = []
+        pss: list[float] = []
         end = t_step + self.profile.interval_s
         while (left := end - time.monotonic()) > 0:
             await asyncio.sleep(min(BUSY_SAMPLE_S, left))
             if b := await _safe(self.probe.busy(), []):
                 busy.append(b)
+            pss.append(pss_mb(process_tree(self.server.pid)))
         wall_s = time.monotonic() - t_step
         c1 = await _safe(self.probe.counters(), {})
         delta = {k: c1.get(k, 0.0) - c0.get(k, 0.0) for k in c1}
@@ -247,7 +250,7 @@ class ServerRamp:
         st.others_cpu_pct = max(0.0, 100 * (machine_busy_s() - all0) / wall_s
                                 - st.cpu_pct - st.loadgen_cpu_pct)
         st.wait_pct = 100 * (runqueue_wait_s(pids) - wait0) / wall_s
-        st.pss_mb = pss_mb(process_tree(self.server.pid))
+        st.pss_mb = max(pss, default=math.nan)
         st.worker_busy = [sum(col) / len(col) for col in zip(*busy, strict=False)] \
             if busy else None
         st.loadavg_1m = loadavg_1m()

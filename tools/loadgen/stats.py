@@ -164,6 +164,10 @@ class StepStats:
     cpu_pct: float = math.nan
     """CPU of the server and its child processes, % of one core."""
     pss_mb: float = math.nan
+    """The server's PSS (its process tree), the most of the samples taken through the step:
+    a busy worker's heap holds tens of MB more than an idle one's, so a sample at the
+    step's end would measure how busy the workers happened to be, not what each stream
+    holds."""
     worker_busy: list[float] | None = None
     loadavg_1m: float = math.nan
     loadgen_cpu_pct: float = math.nan
