@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Benchmarks an operator runs by hand: `python -m tools.bench SUITE [--json] [--quick]`.
+"""Benchmarks an operator runs by hand: `python -m tools.bench SUITE [--json] [--quick]
+[--no-amx]`.
 
 Each suite is a module `tools/bench/SUITE.py` with `run(quick: bool) -> Report`.
 The table is printed first, then the suite's targets, one per line:
@@ -25,7 +26,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("suite", choices=SUITES)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--quick", action="store_true", help="short run (smoke test)")
+    parser.add_argument("--no-amx", action="store_true",
+                        help="withhold AMX from the suite and what it starts: an AMX box "
+                             "measures the kernels of a CPU without it")
     args = parser.parse_args(argv)
+    if args.no_amx:
+        from tools.quantize.noamx import withhold_amx
+
+        withhold_amx()
     try:
         module = importlib.import_module(f"tools.bench.{args.suite}")
     except ModuleNotFoundError as exc:

@@ -194,6 +194,7 @@ def run(quick: bool) -> Report:
                      round(statistics.median(r for r, _ in raw), 1), len(raw)],
                     ["bare fetch: the daemon's own first audio ms",
                      round(statistics.median(s for _, s in raw), 1), len(raw)],
+                    ["the browser's audio output latency ms", round(latency_ms, 1), 1],
                     ["daemon CPU, no tab, % of a core", round(none, 3), 1],
                     [f"daemon CPU, {TABS} tabs, % of a core", round(ten, 3), 1]]
     ratio = page_ms / api_ms
@@ -205,6 +206,8 @@ def run(quick: bool) -> Report:
                       f"idle_{TABS}_tabs_pct": ten, "cpu": cpu_flags()}
     report.notes.append(f"{cpu_flags()}; {len(d.pids)} processes (main + workers); "
                         f"the browser at nice {BROWSER_NICE}")
+    report.notes.append("first audio received page/API (before the browser's output): "
+                        f"{statistics.median(received) / api_ms:.3f}x")
     report.target("first sound page/API", ratio, "<= 1.2", ratio <= 1.2)
     report.target(f"{TABS} tabs idle, % of a core over no tab", extra, "<= 2", extra <= 2.0)
     return report

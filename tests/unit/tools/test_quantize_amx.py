@@ -79,3 +79,33 @@ def test_profile_summary_counts_kernels_groups_and_conversions(repo_root):
     assert p["float_dec_nodes"] == ["/dec/resblocks.8/convs.0/Conv"]
     text = render({"fp32": p}, {"fp32": 1.0}, 2, 1, "withheld")
     assert "AMX withheld" in text and "| Conv | 3.0 (2) |" in text
+
+
+BENCH_CHILD = r"""
+import sys, types
+from tools.bench import cli
+from tools.bench.report import Report, cpu_flags
+from tools.quantize import noamx
+
+def run(quick):
+    r = Report("probe", ["measure"])
+    r.notes.append(cpu_flags())
+    r.target("AMX refused", 1.0, "== 1", noamx.amx_request_refused())
+    return r
+
+probe = types.ModuleType("tools.bench.probe")
+probe.run = run
+sys.modules["tools.bench.probe"] = probe
+cli.SUITES = (*cli.SUITES, "probe")
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("flag", ["--no-amx", None])
+def test_a_bench_suite_runs_with_amx_withheld_and_says_so(repo_root, flag):
+    args = ["probe", *([flag] if flag else [])]
+    out = subprocess.run([sys.executable, "-c", BENCH_CHILD, *args], cwd=repo_root,
+                         capture_output=True, text=True, timeout=120)
+    assert ("AMX withheld" in out.stdout) == bool(flag), out.stdout + out.stderr
+    # EPERM only from the filter (a kernel or CPU without AMX answers with another errno)
+    assert out.returncode == (0 if flag else 1), out.stdout + out.stderr
