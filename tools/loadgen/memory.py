@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tools.loadgen.ramp import Server
-from tools.loadgen.stats import process_tree, pss_mb
+from tools.loadgen.stats import pss_mb, tree_pss_mb
 
 
 async def idle_calls_pss(server: Server, counts: list[int], settle_s: float = 3.0,
@@ -49,7 +49,7 @@ async def idle_calls_pss(server: Server, counts: list[int], settle_s: float = 3.
                 tasks.append(asyncio.create_task(keep(peer)))
             await asyncio.sleep(settle_s)
             up = sum(1 for p in peers if not p.closed)
-            out.append((up, pss_mb(process_tree(server.pid)), pss_mb([server.pid])))
+            out.append((up, tree_pss_mb(server.pid), pss_mb([server.pid])))
             log(f"{server.name}: {up} idle calls, pss {out[-1][1]:.1f} MB "
                 f"(main process {out[-1][2]:.1f} MB)")
     finally:

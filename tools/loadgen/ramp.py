@@ -35,9 +35,9 @@ from tools.loadgen.stats import (
     machine_busy_s,
     percentile,
     process_tree,
-    pss_mb,
     ratio_p95,
     runqueue_wait_s,
+    tree_pss_mb,
 )
 from tools.loadgen.streams import KINDS, REPLIES, CallController, CallStream, Endpoints, Gate, Reply
 
@@ -235,7 +235,9 @@ class ServerRamp:
             await asyncio.sleep(min(BUSY_SAMPLE_S, left))
             if b := await _safe(self.probe.busy(), []):
                 busy.append(b)
-            pss.append(pss_mb(process_tree(self.server.pid)))
+            # off the loop: reading smaps_rollup walks the daemon's page tables (20-40 ms),
+            # which on the loop would delay every listener's arrival stamps
+            pss.append(await asyncio.to_thread(tree_pss_mb, self.server.pid))
         wall_s = time.monotonic() - t_step
         c1 = await _safe(self.probe.counters(), {})
         delta = {k: c1.get(k, 0.0) - c0.get(k, 0.0) for k in c1}

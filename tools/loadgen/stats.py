@@ -289,6 +289,11 @@ def process_tree(pid: int, proc: Path = Path("/proc")) -> list[int]:
     return out
 
 
+def tree_pss_mb(pid: int) -> float:
+    """Summed PSS of a process and its descendants, in MB."""
+    return pss_mb(process_tree(pid))
+
+
 def pss_mb(pids: list[int], proc: Path = Path("/proc")) -> float:
     """Summed PSS of the processes, in MB (processes gone meanwhile count 0)."""
     total_kb = 0
