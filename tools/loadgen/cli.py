@@ -55,6 +55,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -356,6 +357,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
         return publish(args, report.derive(json.loads(args.render.read_text())))
+    # SIGTERM unwinds like ^C: the daemon and peers it started are stopped, not orphaned
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     return run(args, argv)
 
 
