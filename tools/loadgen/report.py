@@ -196,6 +196,9 @@ def markdown(doc: dict[str, Any], plots_rel: str | None) -> str:
         + (f"; servers and load generator at nice {doc['nice']} (their session's autogroup "
            "too), to put them before the other jobs on this shared box (how much CPU those "
            "still took is in *others' CPU %*)" if doc.get("nice") is not None else "")
+        + (f", the load generator's loop at {doc['loadgen_nice']} while it measures (it stands "
+           "for clients on other machines: behind the servers it stamped their audio late)"
+           if doc.get("loadgen_nice") is not None else "")
         + (f"; cosyvoiced at commit `{doc['commit']}`" if doc.get("commit") else "")
         + ".", "",
         f"    {doc['command']}", ""]

@@ -750,3 +750,20 @@ def test_daemon_settings_from_the_command_line(repo_root):
     plain = cli.parse_args(["--start-daemon"])
     assert cli.daemon_sets(plain) == () and cli.has_spare(plain)
     assert not cli.has_spare(cli.parse_args(["--start-daemon", "--set", "workers.spare = false"]))
+
+
+def test_the_load_generator_measures_ahead_of_the_servers_nice_and_returns_to_it():
+    import argparse
+    import os
+
+    from tools.loadgen import cli
+
+    async def mine() -> int:
+        return os.getpriority(os.PRIO_PROCESS, 0)
+
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    root = os.geteuid() == 0  # a lower nice needs CAP_SYS_NICE (CI runs as root)
+    inside = cli.measure(argparse.Namespace(nice=before), mine())
+    assert inside == (before - cli.AHEAD if root else before)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == before
+    assert cli.measure(argparse.Namespace(nice=None), mine()) == before
