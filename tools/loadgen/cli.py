@@ -134,9 +134,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--docs", action="store_true",
                    help="write the run into docs/performance-history.md, its row into "
                         "docs/performance.md and the plots under docs/loadgen")
+    p.add_argument("--no-amx", action="store_true",
+                   help="withhold AMX from the servers it starts (an AMX box runs the kernels "
+                        "of a CPU without it; not with --docs: no family's figures)")
     args = p.parse_args(argv)
     if args.quick:
         args.profile = "quick"
+    if args.no_amx and args.docs:
+        p.error("--no-amx measures no CPU family's figures: not with --docs")
     return args
 
 
@@ -383,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.render:
         return publish(args, report.derive(json.loads(args.render.read_text())))
+    if args.no_amx:  # inherited by every server started from here
+        from tools.quantize.noamx import withhold_amx
+
+        withhold_amx()
     # SIGTERM unwinds like ^C: the daemon and peers it started are stopped, not orphaned
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     return run(args, argv)

@@ -22,6 +22,7 @@ from tools.loadgen.stats import (
     slope_per_stream,
     strict_reasons,
 )
+from tools.quantize.noamx import ENV as NO_AMX_ENV
 
 PLOTS = ("latency.png", "resources.png", "failures.png")
 CPU_FLAGS = ("amx_bf16", "amx_int8", "amx_tile", "avx512_bf16", "avx512_vnni")
@@ -41,7 +42,8 @@ def machine() -> dict[str, Any]:
     return {"cpu": model, "nproc": os.cpu_count(), "avx512_vnni": "avx512_vnni" in flags,
             "amx_bf16": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags,
             "flags": [f for f in CPU_FLAGS if f in flags],
-            "python": platform.python_version(), "kernel": platform.release()}
+            "python": platform.python_version(), "kernel": platform.release(),
+            "amx_withheld": os.environ.get(NO_AMX_ENV) == "1"}
 
 
 def cpu_flags(m: dict[str, Any]) -> list[str]:

@@ -767,3 +767,16 @@ def test_the_load_generator_measures_ahead_of_the_servers_nice_and_returns_to_it
     assert inside == (before - cli.AHEAD if root else before)
     assert os.getpriority(os.PRIO_PROCESS, 0) == before
     assert cli.measure(argparse.Namespace(nice=None), mine()) == before
+
+
+def test_no_amx_is_refused_with_docs_and_recorded_in_the_machine(monkeypatch):
+    from tools.loadgen import cli, report
+    from tools.quantize.noamx import ENV
+
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--start-daemon", "--no-amx", "--docs"])
+    assert cli.parse_args(["--start-daemon", "--no-amx"]).no_amx
+    monkeypatch.setenv(ENV, "1")
+    assert report.machine()["amx_withheld"] is True
+    monkeypatch.delenv(ENV)
+    assert report.machine()["amx_withheld"] is False
