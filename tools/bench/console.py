@@ -164,10 +164,6 @@ def run(quick: bool) -> Report:
                         apis.append(api_first_audio_ms(d.http))
                     time.sleep(SETTLE_S)
                     raw.append(tuple(page.evaluate(RAW_FETCH, TEXT)))
-                latency_ms = 1000 * page.evaluate("(() => { const c = new AudioContext("
-                                                  "{latencyHint: 0}); const s = c.baseLatency"
-                                                  " + (c.outputLatency || 0); c.close(); "
-                                                  "return s; })()")
                 page.close()
                 time.sleep(2.0)
                 none = idle_core_percent(d.pids, idle_s)
@@ -194,14 +190,13 @@ def run(quick: bool) -> Report:
                      round(statistics.median(r for r, _ in raw), 1), len(raw)],
                     ["bare fetch: the daemon's own first audio ms",
                      round(statistics.median(s for _, s in raw), 1), len(raw)],
-                    ["the browser's audio output latency ms", round(latency_ms, 1), 1],
                     ["daemon CPU, no tab, % of a core", round(none, 3), 1],
                     [f"daemon CPU, {TABS} tabs, % of a core", round(ten, 3), 1]]
     ratio = page_ms / api_ms
     extra = ten - none
     report.figures = {"page_first_sound_ms": pages, "page_first_received_ms": received,
                       "page_profiles": profiles, "api_first_audio_ms": apis,
-                      "page_bare_fetch_ms": raw, "audio_output_latency_ms": latency_ms,
+                      "page_bare_fetch_ms": raw,
                       "idle_window_s": idle_s, "idle_no_tab_pct": none,
                       f"idle_{TABS}_tabs_pct": ten, "cpu": cpu_flags()}
     report.notes.append(f"{cpu_flags()}; {len(d.pids)} processes (main + workers); "
