@@ -42,6 +42,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"suite {args.suite!r} is not built yet", file=sys.stderr)
         return 2
     report: Report = module.run(quick=args.quick)
+    if args.no_amx:
+        report.notes.append("AMX withheld from this run (--no-amx)")
     print(json.dumps(report.to_json(), indent=2) if args.json else report.render())
     return 0 if all(t.ok for t in report.targets) else 1
 
