@@ -123,9 +123,17 @@ RAW_FETCH = """async (text) => {
 
 
 def niced_browser(tmp: Path) -> str:
-    """A launcher running Chromium (and the processes it forks) at BROWSER_NICE."""
+    """A launcher running Chromium (and the processes it forks) at BROWSER_NICE.
+
+    Playwright starts the browser in a session of its own, so with the kernel's autogroups
+    on it competes with the daemon's session as a group, whatever its threads' nice (and as
+    root Chromium sets its main, GPU and audio threads to nice -8 and -10 itself): the
+    launcher, leading that session, sets the group's nice too."""
     path = tmp / "chromium"
-    path.write_text(f'#!/bin/sh\nexec nice -n {BROWSER_NICE} {CHROMIUM} "$@"\n')
+    path.write_text("#!/bin/sh\n"
+                    f'[ "$(cut -d" " -f6 /proc/$$/stat)" = "$$" ] && '
+                    f"echo {BROWSER_NICE} > /proc/self/autogroup 2>/dev/null\n"
+                    f'exec nice -n {BROWSER_NICE} {CHROMIUM} "$@"\n')
     path.chmod(0o755)
     return str(path)
 
