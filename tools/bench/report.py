@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from tools.quantize.noamx import ENV as NO_AMX_ENV
 
 
 @dataclass
@@ -69,5 +66,4 @@ def cpu_flags() -> str:
         return "unknown"
     model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
     flags = sorted(set(re.findall(r"\b(amx[a-z_0-9]*|avx512_bf16)\b", text)))
-    withheld = " (AMX withheld)" if os.environ.get(NO_AMX_ENV) == "1" else ""
-    return f"{model.group(1) if model else 'unknown'}; flags: {' '.join(flags) or 'none'}{withheld}"
+    return f"{model.group(1) if model else 'unknown'}; flags: {' '.join(flags) or 'none'}"
